@@ -1,0 +1,68 @@
+"""Baseline policies with the controller interface: no control and a fixed clock.
+
+Both admit every pending agent at once (no thrashing avoidance), which is what a
+plain vLLM deployment does; they exist so the simulator, the daemon and reports
+compare KAIROS against them on identical arrivals.
+"""
+
+from __future__ import annotations
+
+from controllers.errors import InvalidSnapshotError
+from controllers.frequency import FrequencyLevels
+from controllers.types import ControlDecision, InstanceSnapshot
+
+
+def _usage(snapshot: InstanceSnapshot, new_agent_tokens: int) -> int:
+    if snapshot.usage_tokens is not None:
+        return snapshot.usage_tokens
+    return sum(
+        a.context_tokens if a.context_tokens is not None else new_agent_tokens
+        for a in snapshot.ongoing
+    )
+
+
+class NoControl:
+    """Maximum clock, admit everyone: the paper's "no frequency control"."""
+
+    name = "no-control"
+
+    def __init__(self, levels: FrequencyLevels, new_agent_context_tokens: int = 3000) -> None:
+        self.levels = levels
+        self.new_agent_context_tokens = new_agent_context_tokens
+
+    def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
+        return ControlDecision(
+            epoch=snapshot.epoch,
+            level=self.levels.count,
+            clock_mhz=self.levels.max_mhz,
+            admit=tuple(a.agent_id for a in snapshot.pending),
+            usage_tokens=_usage(snapshot, self.new_agent_context_tokens),
+            capacity_tokens=snapshot.capacity_tokens,
+            reason="no-control",
+        )
+
+
+class FixedClock:
+    """A locked clock (snapped to the nearest supported level), admit everyone."""
+
+    def __init__(
+        self, levels: FrequencyLevels, clock_mhz: int, new_agent_context_tokens: int = 3000
+    ) -> None:
+        if clock_mhz <= 0:
+            raise InvalidSnapshotError(f"fixed clock must be positive, got {clock_mhz}")
+        self.levels = levels
+        self.clock_mhz = levels.snap(clock_mhz)
+        self.level = levels.clocks_mhz.index(self.clock_mhz) + 1
+        self.name = f"fixed:{self.clock_mhz}"
+        self.new_agent_context_tokens = new_agent_context_tokens
+
+    def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
+        return ControlDecision(
+            epoch=snapshot.epoch,
+            level=self.level,
+            clock_mhz=self.clock_mhz,
+            admit=tuple(a.agent_id for a in snapshot.pending),
+            usage_tokens=_usage(snapshot, self.new_agent_context_tokens),
+            capacity_tokens=snapshot.capacity_tokens,
+            reason="fixed",
+        )

@@ -1,0 +1,1 @@
+"""id-tracker: launch an agent program under a fresh Kairos agent identity."""

@@ -1,0 +1,5 @@
+"""``python -m idtracker`` is ``id-tracker``."""
+
+from idtracker.cli import main
+
+main()

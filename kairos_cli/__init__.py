@@ -1,0 +1,1 @@
+"""The ``kairos`` umbrella command: simulation, reports and tools."""

@@ -1,0 +1,176 @@
+"""Configuration: one TOML file per component, environment overrides, flags.
+
+Precedence (lowest to highest): dataclass defaults < TOML file < environment
+variables ``<PREFIX>_<FIELD>`` (``<PREFIX>_<SECTION>__<FIELD>`` for nested
+sections) < explicit overrides (CLI flags). Each component declares its schema
+as (nested) frozen dataclasses; :func:`load_config` validates types and rejects
+unknown keys, so a typo in a config file is an error, not a silent default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kairos_common.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Convert ``value`` (from TOML or an env string) to type ``tp``."""
+    inner, optional = _unwrap_optional(tp)
+    if value is None or (optional and isinstance(value, str) and value.lower() in ("", "none")):
+        if optional:
+            return None
+        raise ConfigError(f"{where}: a value is required")
+    origin = typing.get_origin(inner)
+    if dataclasses.is_dataclass(inner) and isinstance(inner, type):
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a table")
+        return _build(inner, value, where)
+    if origin in (list, tuple):
+        (item_tp, *_) = typing.get_args(inner) or (str,)
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple):
+            raise ConfigError(f"{where}: expected a list")
+        seq = [
+            _coerce(v.strip() if isinstance(v, str) else v, item_tp, where)
+            for v in items
+            if not (isinstance(v, str) and not v.strip())
+        ]
+        return tuple(seq) if origin is tuple else seq
+    if inner is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f"{where}: expected true/false, got {value!r}")
+    if inner is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}") from None
+    if inner is float:
+        if isinstance(value, bool):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{where}: expected a number, got {value!r}") from None
+    if inner is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if inner is Path:
+        return Path(str(value))
+    raise ConfigError(f"{where}: unsupported config type {inner!r}")
+
+
+def _build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where or cls.__name__}: {exc}") from exc
+
+
+def _env_layer(cls: type, prefix: str, env: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, _ = _unwrap_optional(hints[f.name])
+        key = f"{prefix}_{f.name.upper()}"
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            sub = _env_layer(tp, f"{prefix}_{f.name.upper()}_", env)
+            if sub:
+                out[f.name] = sub
+        elif key in env:
+            out[f.name] = env[key]
+    return out
+
+
+def _merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for k, v in top.items():
+        if isinstance(v, Mapping) and isinstance(merged.get(k), Mapping):
+            merged[k] = _merge(dict(merged[k]), v)
+        else:
+            merged[k] = v
+    return merged
+
+
+def read_toml(path: Path) -> dict[str, Any]:
+    """Parse a TOML file with a clear error naming the file."""
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+
+
+def load_config(
+    cls: type[T],
+    *,
+    path: Path | None = None,
+    env_prefix: str,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> T:
+    """Build ``cls`` from defaults, ``path``, the environment and ``overrides``.
+
+    ``overrides`` with value ``None`` are ignored (an unset CLI flag).
+    """
+    layers: dict[str, Any] = {}
+    if path is not None:
+        layers = _merge(layers, read_toml(path))
+    layers = _merge(layers, _env_layer(cls, env_prefix, os.environ if env is None else env))
+    if overrides:
+        layers = _merge(layers, {k: v for k, v in overrides.items() if v is not None})
+    return _build(cls, layers, "")
+
+
+def config_reference(cls: type, section: str = "") -> list[tuple[str, str, str]]:
+    """``(key, type, default)`` rows for docs generated from the real schema."""
+    rows: list[tuple[str, str, str]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        tp, _ = _unwrap_optional(hints[f.name])
+        key = f"{section}.{f.name}" if section else f.name
+        if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+            rows.extend(config_reference(tp, key))
+            continue
+        if f.default is not dataclasses.MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            default = repr(f.default_factory())
+        else:
+            default = "(required)"
+        rows.append((key, getattr(hints[f.name], "__name__", str(hints[f.name])), default))
+    return rows

@@ -1,0 +1,257 @@
+"""The HTTP contract between the router, the daemons and id-tracker.
+
+All endpoints live on the router under ``/kairos/v1``; bodies are JSON objects
+built and parsed by the functions here so both sides agree by construction.
+
+=======  =======================================  =====================================
+method   path                                     body → response
+=======  =======================================  =====================================
+POST     /kairos/v1/agents                        :class:`AgentStart` → :class:`AgentStarted`
+POST     /kairos/v1/agents/{agent_id}/end         :class:`AgentEnd` → ``{"ok": true}``
+GET      /kairos/v1/agents/{agent_id}             → agent status object (router-defined)
+GET      /kairos/v1/instances                     → ``{"instances": [...]}`` (router-defined)
+GET      /kairos/v1/instances/{name}/state        → :class:`InstanceState`
+POST     /kairos/v1/instances/{name}/decision     :class:`AdmissionDecision` → :class:`DecisionAck`
+=======  =======================================  =====================================
+
+Control endpoints are authenticated with ``Authorization: Bearer <control
+token>`` when the router has a control token configured; without one the router
+accepts control calls only from loopback peers.
+
+Admission decisions are idempotent and versioned: a decision carries the
+daemon's ``(daemon_start_unix_s, epoch)``; the router applies it only if that
+pair is newer than the last one it applied for the instance, and admitting an
+agent that is not pending is a no-op. A late or repeated message therefore can
+never admit twice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from controllers.types import AgentView
+from kairos_common.errors import WireFormatError
+
+API_PREFIX = "/kairos/v1"
+WIRE_VERSION = 1
+
+
+def _get(obj: dict[str, Any], key: str, kind: type, default: Any = ...) -> Any:
+    """Typed field access that raises :class:`WireFormatError` instead of KeyError."""
+    if not isinstance(obj, dict):
+        raise WireFormatError("expected a JSON object")
+    value = obj.get(key)
+    if value is None:
+        if default is ...:
+            raise WireFormatError(f"missing field {key!r}")
+        return default
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
+        raise WireFormatError(f"field {key!r} must be of type {kind.__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStart:
+    """id-tracker → router: a new agent starts."""
+
+    name: str | None = None
+    parent_id: str | None = None
+    slo_tok_s: float | None = None
+    pid: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AgentStart:
+        return cls(
+            name=_get(obj, "name", str, None),
+            parent_id=_get(obj, "parent_id", str, None),
+            slo_tok_s=_get(obj, "slo_tok_s", float, None),
+            pid=_get(obj, "pid", int, None),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStarted:
+    """router → id-tracker: the identity of the new agent."""
+
+    agent_id: str
+    token: str
+    idle_expiry_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AgentStarted:
+        return cls(
+            agent_id=_get(obj, "agent_id", str),
+            token=_get(obj, "token", str),
+            idle_expiry_s=_get(obj, "idle_expiry_s", float),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEnd:
+    """id-tracker → router: the agent's process ended.
+
+    ``exit_code`` is the shell-style status (128+N when killed by signal N).
+    """
+
+    exit_code: int
+    signal: int | None = None
+    reason: str = "exit"
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AgentEnd:
+        return cls(
+            exit_code=_get(obj, "exit_code", int),
+            signal=_get(obj, "signal", int, None),
+            reason=_get(obj, "reason", str, "exit"),
+        )
+
+
+def agent_to_json(agent: AgentView) -> dict[str, Any]:
+    return asdict(agent)
+
+
+def agent_from_json(obj: dict[str, Any]) -> AgentView:
+    return AgentView(
+        agent_id=_get(obj, "agent_id", str),
+        arrival_s=_get(obj, "arrival_s", float),
+        context_tokens=_get(obj, "context_tokens", int, None),
+        estimated_context_tokens=_get(obj, "estimated_context_tokens", int, None),
+        decode_tokens=_get(obj, "decode_tokens", int, 0),
+        llm_time_s=_get(obj, "llm_time_s", float, 0.0),
+        completed_steps=_get(obj, "completed_steps", int, 0),
+        waiting_since_s=_get(obj, "waiting_since_s", float, None),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceState:
+    """router → daemon: one instance's agents, as the router's ledger sees them.
+
+    Times (``now_s``, agents' ``arrival_s``/``waiting_since_s``) are on the
+    router's monotonic clock; only differences between them are meaningful.
+    ``pending`` is in arrival order. ``capacity_tokens`` is what the router last
+    learned (from the daemon or vLLM), or None.
+    """
+
+    instance: str
+    now_s: float
+    ongoing: tuple[AgentView, ...] = ()
+    pending: tuple[AgentView, ...] = ()
+    capacity_tokens: int | None = None
+    healthy: bool = True
+    draining: bool = False
+    version: int = WIRE_VERSION
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "instance": self.instance,
+            "now_s": self.now_s,
+            "ongoing": [agent_to_json(a) for a in self.ongoing],
+            "pending": [agent_to_json(a) for a in self.pending],
+            "capacity_tokens": self.capacity_tokens,
+            "healthy": self.healthy,
+            "draining": self.draining,
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> InstanceState:
+        ongoing = _get(obj, "ongoing", list, [])
+        pending = _get(obj, "pending", list, [])
+        return cls(
+            instance=_get(obj, "instance", str),
+            now_s=_get(obj, "now_s", float),
+            ongoing=tuple(agent_from_json(a) for a in ongoing),
+            pending=tuple(agent_from_json(a) for a in pending),
+            capacity_tokens=_get(obj, "capacity_tokens", int, None),
+            healthy=_get(obj, "healthy", bool, True),
+            draining=_get(obj, "draining", bool, False),
+            version=_get(obj, "version", int, WIRE_VERSION),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """daemon → router: what the instance's controller decided this epoch.
+
+    ``valid_for_s``: after this long without a newer decision the router treats
+    the daemon as stale and falls back to its local same-rule admission.
+    """
+
+    instance: str
+    daemon_id: str
+    daemon_start_unix_s: float
+    epoch: int
+    admit: tuple[str, ...] = ()
+    defer_admissions: bool = False
+    capacity_tokens: int | None = None
+    clock_mhz: int | None = None
+    boost: bool = False
+    valid_for_s: float = 15.0
+    policy: str = "kairos"
+    extras: dict[str, float] = field(default_factory=dict)
+    version: int = WIRE_VERSION
+
+    @property
+    def order_key(self) -> tuple[float, int]:
+        """Decisions are applied only in strictly increasing order of this key."""
+        return (self.daemon_start_unix_s, self.epoch)
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["admit"] = list(self.admit)
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AdmissionDecision:
+        admit = _get(obj, "admit", list, [])
+        if not all(isinstance(a, str) for a in admit):
+            raise WireFormatError("field 'admit' must be a list of agent ids")
+        extras = _get(obj, "extras", dict, {})
+        return cls(
+            instance=_get(obj, "instance", str),
+            daemon_id=_get(obj, "daemon_id", str),
+            daemon_start_unix_s=_get(obj, "daemon_start_unix_s", float),
+            epoch=_get(obj, "epoch", int),
+            admit=tuple(admit),
+            defer_admissions=_get(obj, "defer_admissions", bool, False),
+            capacity_tokens=_get(obj, "capacity_tokens", int, None),
+            clock_mhz=_get(obj, "clock_mhz", int, None),
+            boost=_get(obj, "boost", bool, False),
+            valid_for_s=_get(obj, "valid_for_s", float, 15.0),
+            policy=_get(obj, "policy", str, "kairos"),
+            extras={str(k): float(v) for k, v in extras.items()},
+            version=_get(obj, "version", int, WIRE_VERSION),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionAck:
+    """router → daemon: whether the decision was applied and whom it admitted."""
+
+    accepted: bool
+    admitted: tuple[str, ...] = ()
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "admitted": list(self.admitted), "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> DecisionAck:
+        return cls(
+            accepted=_get(obj, "accepted", bool),
+            admitted=tuple(_get(obj, "admitted", list, [])),
+            reason=_get(obj, "reason", str, ""),
+        )

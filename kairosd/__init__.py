@@ -1,0 +1,1 @@
+"""kairosd: the per-instance power daemon (epoch loop, GPU backends, reports)."""

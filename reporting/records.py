@@ -1,0 +1,172 @@
+"""JSONL record formats written by the daemon, the router and the simulator.
+
+Every line is one JSON object with a ``kind`` field so one reader handles mixed
+files:
+
+* ``epoch`` — :class:`EpochRecord`, one per control epoch per instance (daemon and
+  simulator): the power report.
+* ``agent`` — :class:`AgentRecord`, one per finished agent (router and simulator).
+* ``run`` — :class:`RunRecord`, one per run (simulator, demo): what produced the
+  file, so reports can label and group it.
+
+Times are seconds. ``t_s`` in epoch records is the end of the epoch, on the
+writer's clock (Unix time for real components, virtual seconds for the simulator).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any, TypeVar
+
+SCHEMA_VERSION = 1
+
+
+class RecordError(ValueError):
+    """A record line is malformed (raised with file and line number)."""
+
+
+@dataclass(frozen=True, slots=True)
+class EpochRecord:
+    """One control epoch of one instance (the daemon's per-epoch power report)."""
+
+    t_s: float
+    instance: str
+    epoch: int
+    epoch_s: float
+    policy: str
+    target_clock_mhz: int
+    actual_clock_mhz: int | None
+    energy_j: float
+    avg_power_w: float
+    usage_tokens: int
+    capacity_tokens: int
+    ongoing: int
+    pending: int
+    min_throughput_tok_s: float | None
+    boost: bool
+    deferred: bool
+    admitted: int = 0
+    reason: str = ""
+    gpus: tuple[int, ...] = ()
+    run: str = ""
+    output_tokens: int | None = None
+    preemptions: int | None = None
+    kind: str = "epoch"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRecord:
+    """One finished agent (router per-agent completion record).
+
+    ``llm_time_s`` is Σ request latency (arrival at the router to last byte,
+    including time held pending) over the agent's requests; ``throughput_tok_s``
+    is Eq. 3 = ``decode_tokens / llm_time_s``.
+    """
+
+    agent_id: str
+    start_s: float
+    end_s: float
+    turns: int
+    decode_tokens: int
+    prompt_tokens: int
+    llm_time_s: float
+    pending_s: float
+    throughput_tok_s: float | None
+    slo_tok_s: float | None
+    slo_met: bool | None
+    parent_id: str | None = None
+    name: str | None = None
+    instances: tuple[str, ...] = ()
+    exit_code: int | None = None
+    end_reason: str = "end"
+    max_context_tokens: int = 0
+    run: str = ""
+    kind: str = "agent"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """Describes one run (simulator or demo) so a report can label its records."""
+
+    run: str
+    policy: str
+    source: str
+    duration_s: float
+    instances: tuple[str, ...] = ()
+    arrival_rate_per_s: float | None = None
+    slo_tok_s: float | None = None
+    seed: int | None = None
+    workload: str = ""
+    counters: dict[str, float] = field(default_factory=dict)
+    kind: str = "run"
+
+
+Record = EpochRecord | AgentRecord | RunRecord
+_KINDS: dict[str, type[Any]] = {"epoch": EpochRecord, "agent": AgentRecord, "run": RunRecord}
+R = TypeVar("R", EpochRecord, AgentRecord, RunRecord)
+
+
+def to_json_line(record: Record) -> str:
+    """One JSONL line (no trailing newline) for ``record``."""
+    return json.dumps(asdict(record), separators=(",", ":"), allow_nan=False)
+
+
+def _from_obj(obj: dict[str, Any]) -> Record:
+    kind = obj.get("kind")
+    cls = _KINDS.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise RecordError(f"unknown record kind {kind!r}")
+    names = {f.name for f in fields(cls)}
+    data = {k: v for k, v in obj.items() if k in names}
+    for key in ("gpus", "instances"):
+        if key in data and isinstance(data[key], list):
+            data[key] = tuple(data[key])
+    try:
+        return cls(**data)  # type: ignore[no-any-return]
+    except TypeError as exc:
+        raise RecordError(f"{kind} record: {exc}") from exc
+
+
+def read_records(paths: Iterable[Path]) -> Iterator[Record]:
+    """Yield every record in the JSONL files ``paths`` (blank lines skipped)."""
+    for path in paths:
+        with path.open(encoding="utf-8") as fh:
+            for lineno, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RecordError(f"{path}:{lineno}: not JSON: {exc.msg}") from exc
+                if not isinstance(obj, dict):
+                    raise RecordError(f"{path}:{lineno}: expected a JSON object")
+                try:
+                    yield _from_obj(obj)
+                except RecordError as exc:
+                    raise RecordError(f"{path}:{lineno}: {exc}") from exc
+
+
+class JsonlWriter:
+    """Append records to a JSONL file, one flushed line each (crash-safe enough
+    for a power report: at most the line being written is lost)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self._fh: IO[str] = path.open("a", encoding="utf-8")
+
+    def write(self, record: Record) -> None:
+        self._fh.write(to_json_line(record) + "\n")
+        self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def __enter__(self) -> JsonlWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

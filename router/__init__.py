@@ -1,0 +1,1 @@
+"""kairos-router: agent-aware, power-aware OpenAI-compatible router."""

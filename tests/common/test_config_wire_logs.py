@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from controllers import AgentView
+from kairos_common.config import config_reference, load_config
+from kairos_common.errors import ConfigError, WireFormatError
+from kairos_common.logs import redact_secrets
+from kairos_common.wire import AdmissionDecision, InstanceState
+
+
+@dataclass(frozen=True)
+class Sub:
+    rate: float = 1.0
+    names: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Cfg:
+    port: int = 80
+    host: str = "127.0.0.1"
+    debug: bool = False
+    limit: int | None = None
+    sub: Sub = field(default_factory=Sub)
+
+
+def test_layers_in_order(tmp_path: Path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text('port = 81\nhost = "h"\n[sub]\nrate = 2\nnames = ["a"]\n')
+    env = {"X_PORT": "82", "X_SUB__RATE": "3.5", "X_DEBUG": "yes"}
+    cfg = load_config(Cfg, path=p, env_prefix="X", env=env, overrides={"port": 83, "host": None})
+    assert cfg == Cfg(port=83, host="h", debug=True, limit=None, sub=Sub(rate=3.5, names=("a",)))
+
+
+def test_unknown_key_and_bad_type_are_errors(tmp_path: Path) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text("prot = 1\n")
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(Cfg, path=p, env_prefix="X", env={})
+    with pytest.raises(ConfigError, match="integer"):
+        load_config(Cfg, env_prefix="X", env={"X_PORT": "eighty"})
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(Cfg, path=tmp_path / "missing.toml", env_prefix="X", env={})
+
+
+def test_config_reference_lists_nested_keys() -> None:
+    keys = [row[0] for row in config_reference(Cfg)]
+    assert keys == ["port", "host", "debug", "limit", "sub.rate", "sub.names"]
+
+
+def test_instance_state_roundtrip() -> None:
+    st = InstanceState(
+        instance="g0",
+        now_s=5.0,
+        ongoing=(AgentView("a", 1.0, 100),),
+        pending=(AgentView("b", 2.0),),
+        capacity_tokens=1000,
+    )
+    assert InstanceState.from_json(st.to_json()) == st
+
+
+def test_decision_roundtrip_and_ordering() -> None:
+    d = AdmissionDecision(
+        instance="g0",
+        daemon_id="d",
+        daemon_start_unix_s=10.0,
+        epoch=3,
+        admit=("a",),
+        extras={"x": 1.0},
+    )
+    back = AdmissionDecision.from_json(d.to_json())
+    assert back == d
+    later = AdmissionDecision(instance="g0", daemon_id="d2", daemon_start_unix_s=11.0, epoch=0)
+    assert later.order_key > d.order_key
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {},
+        {"instance": 1, "now_s": 0},
+        {"instance": "g", "now_s": True},
+        {"instance": "g", "now_s": 0, "ongoing": [{"agent_id": 3}]},
+    ],
+)
+def test_malformed_state_raises_wire_error(bad: dict[str, object]) -> None:
+    with pytest.raises(WireFormatError):
+        InstanceState.from_json(bad)  # type: ignore[arg-type]
+
+
+def test_redaction() -> None:
+    ev = redact_secrets(
+        None,
+        "info",
+        {
+            "authorization": "Bearer x",
+            "api_key": "k",
+            "msg": "key kairos1.abc.sig.cmVhbA was used",
+            "h": "Bearer sk-123",
+        },
+    )
+    assert ev["authorization"] == "<redacted>" and ev["api_key"] == "<redacted>"
+    assert "abc" not in ev["msg"] and "sk-123" not in ev["h"]
