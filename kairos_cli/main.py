@@ -1,25 +1,26 @@
-"""``kairos`` command line: ``kairos sim``, ``kairos report`` and friends."""
+"""``kairos`` command line: ``kairos sim``, ``kairos report`` and friends.
+
+Each subcommand lives with the package it belongs to and registers itself here,
+so this module stays a thin index.
+"""
 
 from __future__ import annotations
 
 import typer
 
-app = typer.Typer(help="Kairos tools: simulate, report, fake vLLM.", no_args_is_help=True)
+from reporting.cli import register as register_report
+from simulator.cli import register as register_sim
 
 
-@app.command()
-def sim() -> None:
-    """Simulate agents on vLLM instances under a power policy."""
-    typer.echo("kairos sim: not implemented yet", err=True)
-    raise typer.Exit(2)
-
-
-@app.command()
-def report() -> None:
-    """Summarise daemon / router / simulator JSONL records."""
-    typer.echo("kairos report: not implemented yet", err=True)
-    raise typer.Exit(2)
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        help="Kairos tools: simulate policies, summarise power reports, run a fake vLLM.",
+        no_args_is_help=True,
+    )
+    register_sim(app)
+    register_report(app)
+    return app
 
 
 def main() -> None:
-    app()
+    build_app()()
