@@ -16,7 +16,11 @@ from typing import Any
 
 import structlog
 
-_SECRET_KEYS = re.compile(r"(authorization|api[_-]?key|token|secret|password|x-api-key)", re.I)
+# Key names that hold secrets: "token"/"secret" as a whole word at the end of the
+# key (control_token, signing_secret) but not counts such as capacity_tokens.
+_SECRET_KEYS = re.compile(
+    r"(^|[_-])(authorization|api[_-]?key|apikey|token|secret|password|credentials?)$", re.I
+)
 _KAIROS_KEY = re.compile(r"kairos1\.[A-Za-z0-9_-]+\.[A-Za-z0-9_=-]+(\.[A-Za-z0-9_=-]*)?")
 _BEARER = re.compile(r"(Bearer\s+)\S+", re.I)
 
@@ -32,7 +36,7 @@ def redact_secrets(
 ) -> MutableMapping[str, Any]:
     """structlog processor: never let an API key or token reach a log line."""
     for key, value in list(event_dict.items()):
-        if _SECRET_KEYS.search(key) and key not in ("token_count", "tokens"):
+        if _SECRET_KEYS.search(key):
             event_dict[key] = "<redacted>"
         elif isinstance(value, str):
             event_dict[key] = redact_value(value)

@@ -98,9 +98,12 @@ def test_redaction() -> None:
         {
             "authorization": "Bearer x",
             "api_key": "k",
+            "control_token": "t",
+            "capacity_tokens": 5,
             "msg": "key kairos1.abc.sig.cmVhbA was used",
             "h": "Bearer sk-123",
         },
     )
     assert ev["authorization"] == "<redacted>" and ev["api_key"] == "<redacted>"
     assert "abc" not in ev["msg"] and "sk-123" not in ev["h"]
+    assert ev["control_token"] == "<redacted>" and ev["capacity_tokens"] == 5

@@ -1,0 +1,135 @@
+"""Parse a vLLM ``/metrics`` page into a typed snapshot (text in, dataclass out).
+
+Used by the daemon (KV capacity and usage for the control law) and the router
+(capacity per instance), so it is pure: no HTTP, no clock, no logging. Parsing is
+done by ``prometheus_client``'s own exposition-format parser rather than regexes,
+so label escaping, ``_total`` suffixes and histogram series are handled correctly.
+
+Facts it relies on (vLLM 0.33, V1 engine; SPEC §6):
+
+* capacity: ``vllm:cache_config_info`` labels ``kv_cache_size_tokens`` (newer
+  servers) or ``num_gpu_blocks × block_size`` (fallback). One sample per engine;
+  capacities of distinct engines are summed.
+* usage fraction: ``vllm:kv_cache_usage_perc`` (0–1), older servers
+  ``vllm:gpu_cache_usage_perc``; averaged over engines.
+* ``vllm:num_requests_running`` / ``vllm:num_requests_waiting`` gauges and the
+  ``vllm:num_preemptions`` / ``vllm:prompt_tokens`` / ``vllm:generation_tokens``
+  counters are summed over engines.
+* ``--disable-log-stats`` removes every ``vllm:`` series; the page then only holds
+  process metrics, which is reported as ``metrics_enabled = False``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
+
+from kairos_common.errors import KairosCommonError
+
+_PREFIX = "vllm:"
+_CACHE_INFO = "vllm:cache_config_info"
+_USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+
+
+class MetricsParseError(KairosCommonError, ValueError):
+    """The text is not valid Prometheus exposition format."""
+
+
+@dataclass(frozen=True, slots=True)
+class VllmMetrics:
+    """What one scrape of a vLLM server says, in the units the controllers use.
+
+    Every field is ``None`` when the server did not export it; counters are the
+    server's cumulative totals (differencing is the caller's job).
+    """
+
+    metrics_enabled: bool
+    capacity_tokens: int | None = None
+    capacity_source: str | None = None
+    kv_usage_frac: float | None = None
+    num_running: int | None = None
+    num_waiting: int | None = None
+    preemptions_total: int | None = None
+    prompt_tokens_total: int | None = None
+    generation_tokens_total: int | None = None
+    engines: tuple[str, ...] = ()
+
+    @property
+    def usage_tokens(self) -> int | None:
+        """KV tokens in use, ``kv_usage_frac × capacity_tokens`` (standalone ``U``)."""
+        if self.capacity_tokens is None or self.kv_usage_frac is None:
+            return None
+        return round(min(max(self.kv_usage_frac, 0.0), 1.0) * self.capacity_tokens)
+
+
+def _samples(text: str) -> list[Sample]:
+    try:
+        return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsParseError(f"malformed Prometheus text: {exc}") from exc
+
+
+def _engine_key(sample: Sample) -> str:
+    return sample.labels.get("engine", "") + "|" + sample.labels.get("model_name", "")
+
+
+def _capacity_of(sample: Sample) -> tuple[int, str] | None:
+    """One engine's capacity from a ``cache_config_info`` sample's labels."""
+    labels = sample.labels
+    raw = labels.get("kv_cache_size_tokens")
+    if raw not in (None, "", "None"):
+        try:
+            return int(float(raw)), "kv_cache_size_tokens"
+        except ValueError:
+            pass
+    try:
+        blocks = int(float(labels["num_gpu_blocks"]))
+        block_size = int(float(labels["block_size"]))
+    except (KeyError, ValueError):
+        return None
+    return blocks * block_size, "num_gpu_blocks*block_size"
+
+
+def _sum(samples: Iterable[Sample], name: str) -> int | None:
+    values = [s.value for s in samples if s.name == name]
+    return round(sum(values)) if values else None
+
+
+def parse_vllm_metrics(text: str) -> VllmMetrics:
+    """Parse ``text`` (a ``/metrics`` body); raises :class:`MetricsParseError`."""
+    samples = [s for s in _samples(text) if s.name.startswith(_PREFIX)]
+    if not samples:
+        return VllmMetrics(metrics_enabled=False)
+
+    capacities: dict[str, tuple[int, str]] = {}
+    for s in samples:
+        if s.name == _CACHE_INFO:
+            cap = _capacity_of(s)
+            if cap is not None:
+                capacities[_engine_key(s)] = cap
+    capacity = sum(c for c, _ in capacities.values()) if capacities else None
+    sources = sorted({src for _, src in capacities.values()})
+
+    usage: float | None = None
+    for name in _USAGE_NAMES:
+        values = [s.value for s in samples if s.name == name]
+        if values:
+            usage = sum(values) / len(values)
+            break
+
+    engines = sorted({s.labels["engine"] for s in samples if "engine" in s.labels})
+    return VllmMetrics(
+        metrics_enabled=True,
+        capacity_tokens=capacity if capacity and capacity > 0 else None,
+        capacity_source=",".join(sources) if sources else None,
+        kv_usage_frac=usage,
+        num_running=_sum(samples, "vllm:num_requests_running"),
+        num_waiting=_sum(samples, "vllm:num_requests_waiting"),
+        preemptions_total=_sum(samples, "vllm:num_preemptions_total"),
+        prompt_tokens_total=_sum(samples, "vllm:prompt_tokens_total"),
+        generation_tokens_total=_sum(samples, "vllm:generation_tokens_total"),
+        engines=tuple(engines),
+    )

@@ -1,0 +1,99 @@
+"""``kairosd`` configuration: one TOML file per instance, ``KAIROSD_*`` env, flags.
+
+Loaded with :func:`kairos_common.config.load_config` (precedence: defaults <
+TOML < env ``KAIROSD_<FIELD>`` / ``KAIROSD_KAIROS__<FIELD>`` < CLI flags). The
+control-law constants live in the nested ``[kairos]`` table, which is the
+controllers' own :class:`~controllers.kairos.KairosConfig`, so there is one
+definition of each constant and its default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controllers.kairos import KairosConfig
+from kairos_common.config import load_config
+
+BACKENDS = ("zeus", "sim", "observe")
+ENV_PREFIX = "KAIROSD"
+
+
+@dataclass(frozen=True, slots=True)
+class KairosdConfig:
+    """Everything one daemon needs; see ``docs/kairosd.md`` for each default's reason."""
+
+    instance: str = ""
+    vllm_url: str = ""
+    router_url: str | None = None
+    router_token: str | None = None
+    router_token_file: Path | None = None
+    gpu_backend: str = "zeus"
+    gpus: tuple[int, ...] = (0,)
+    policy: str = "kairos"
+    require_control: bool = False
+    epoch_s: float = 5.0
+    stale_epochs: int = 3
+    http_timeout_s: float = 1.0
+    gpu_timeout_s: float = 1.0
+    floor_mhz: int | None = None
+    ceiling_mhz: int | None = None
+    num_levels: int | None = None
+    capacity_tokens: int | None = None
+    listen_host: str = "127.0.0.1"
+    listen_port: int | None = 9470
+    report_path: Path | None = None
+    run: str = ""
+    decision_valid_epochs: float = 3.0
+    log_level: str = "info"
+    kairos: KairosConfig = field(default_factory=KairosConfig)
+
+    def __post_init__(self) -> None:
+        if self.gpu_backend not in BACKENDS:
+            raise ValueError(f"gpu_backend must be one of {', '.join(BACKENDS)}")
+        if self.require_control and self.gpu_backend == "observe":
+            raise ValueError("require_control contradicts gpu_backend = 'observe'")
+        if self.epoch_s <= 0:
+            raise ValueError("epoch_s must be > 0")
+        if not 0 < self.http_timeout_s < self.epoch_s:
+            raise ValueError("http_timeout_s must be > 0 and below epoch_s")
+        if not 0 < self.gpu_timeout_s < self.epoch_s:
+            raise ValueError("gpu_timeout_s must be > 0 and below epoch_s")
+        if self.stale_epochs < 1:
+            raise ValueError("stale_epochs must be >= 1")
+        if not self.gpus or any(g < 0 for g in self.gpus):
+            raise ValueError("gpus must list at least one non-negative index")
+        if self.listen_port is not None and not 0 <= self.listen_port <= 65535:
+            raise ValueError("listen_port must be 0..65535 (0 = any free port)")
+        if self.capacity_tokens is not None and self.capacity_tokens <= 0:
+            raise ValueError("capacity_tokens must be positive")
+
+    def resolved_router_token(self) -> str | None:
+        """The router control token: ``router_token``, else the file's first line."""
+        if self.router_token:
+            return self.router_token
+        if self.router_token_file is not None:
+            try:
+                return self.router_token_file.read_text(encoding="utf-8").strip() or None
+            except OSError as exc:
+                raise ValueError(f"cannot read router_token_file: {exc}") from exc
+        return None
+
+    @property
+    def standalone(self) -> bool:
+        """No router: U comes from vLLM's KV usage and there is no SLO boost."""
+        return not self.router_url
+
+
+def load_daemon_config(
+    path: Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> KairosdConfig:
+    """Build the config from ``path``, the environment and CLI ``overrides``."""
+    return load_config(
+        KairosdConfig, path=path, env_prefix=ENV_PREFIX, env=env, overrides=overrides
+    )

@@ -1,0 +1,436 @@
+"""The epoch loop: read inputs, decide, act, record — one instance, one clock.
+
+Each epoch gathers three inputs concurrently, every one bounded by a timeout
+(router state, vLLM ``/metrics``, GPU reading), so a slow or dead input costs at
+most its timeout and never blocks the loop. Then the controller decides (pure)
+and only then the daemon acts: admission decision to the router, clock to the
+GPU (written only when it changes). The epoch that just ended is closed with
+this epoch's GPU reading and written as one power-report line.
+
+Fail safe: an input that fails is *held* (last good value) for up to
+``stale_epochs`` epochs; past that the daemon runs at the maximum clock (it can
+no longer see thrashing or SLO misses) while admissions keep following the last
+known capacity — or admit everyone if capacity was never known — so agents are
+never starved by a broken monitor. Clocks are reset on every way out
+(:meth:`Daemon.shutdown`), and reconciled at start-up by the caller
+(:func:`kairosd.startup.prepare_backend`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Generic, Protocol, TypeVar
+
+import structlog
+
+from controllers.errors import ControllerError
+from controllers.types import ControlDecision, Controller
+from kairos_common.vllm_metrics import VllmMetrics
+from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
+from kairosd.config import KairosdConfig
+from kairosd.errors import GpuError, GpuPermissionError, InputError, KairosdError
+from kairosd.gpu.base import GpuBackend, GpuStatus
+from kairosd.gpu.observe import ObserveBackend
+from kairosd.metrics import DaemonMetrics
+from kairosd.power_report import GpuTotals, OpenEpoch, close_epoch
+from kairosd.sdnotify import Notifier
+from kairosd.snapshot import EpochInputs, agent_counts, build_snapshot, resolve_capacity
+from reporting.records import EpochRecord
+
+log = structlog.get_logger()
+T = TypeVar("T")
+_RECENT_RECORDS = 64  # kept in memory for status/tests; the report file has them all
+
+
+class VllmSource(Protocol):
+    async def fetch(self) -> VllmMetrics: ...
+
+
+class RouterLink(Protocol):
+    async def state(self) -> InstanceState: ...
+    async def post_decision(self, decision: AdmissionDecision) -> DecisionAck: ...
+
+
+class RecordSink(Protocol):
+    def write(self, record: EpochRecord) -> None: ...
+
+
+class _Held(Generic[T]):
+    """Last good value of one input and how many epochs in a row it failed."""
+
+    def __init__(self) -> None:
+        self.value: T | None = None
+        self.failures = 0
+
+    def ok(self, value: T) -> None:
+        self.value, self.failures = value, 0
+
+    def failed(self) -> None:
+        self.failures += 1
+
+
+class Daemon:
+    """One instance's control loop; every collaborator is passed in."""
+
+    def __init__(
+        self,
+        config: KairosdConfig,
+        *,
+        backend: GpuBackend,
+        controller: Controller,
+        vllm: VllmSource,
+        router: RouterLink | None,
+        sink: RecordSink | None,
+        metrics: DaemonMetrics,
+        notifier: Notifier | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        daemon_id: str = "kairosd",
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.controller = controller
+        self.vllm = vllm
+        self.router = router
+        self.sink = sink
+        self.metrics = metrics
+        self.notifier = notifier or Notifier(None)
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.daemon_id = daemon_id
+        self.start_unix_s = wall_clock()
+        self.epoch = 0
+        self.records: deque[EpochRecord] = deque(maxlen=_RECENT_RECORDS)
+        self.applied_clock_mhz: int | None = None
+        self.last_decision: ControlDecision | None = None
+        self.last_ack: DecisionAck | None = None
+        self.mode = "standalone" if config.standalone else "router"
+        self.failsafe_reason: str | None = None
+        self._router_in: _Held[InstanceState] = _Held()
+        self._vllm_in: _Held[VllmMetrics] = _Held()
+        self._capacity_tokens: int | None = config.capacity_tokens
+        self._open: OpenEpoch | None = None
+        self._last_epoch_end_s: float | None = None
+        self._started_s = clock()
+        self._instant_power_w: float | None = None
+        self._epoch_done = asyncio.Event()
+
+    # ---- inputs -------------------------------------------------------------------
+
+    async def _read_router(self) -> InstanceState | None:
+        if self.router is None:
+            return None
+        try:
+            state = await self.router.state()
+        except InputError as exc:
+            self._router_in.failed()
+            self.metrics.input_error("router")
+            log.warning("router_unavailable", error=str(exc), epochs=self._router_in.failures)
+            return None
+        self._router_in.ok(state)
+        return state
+
+    async def _read_vllm(self) -> VllmMetrics | None:
+        try:
+            scraped = await self.vllm.fetch()
+        except InputError as exc:
+            self._vllm_in.failed()
+            self.metrics.input_error("vllm")
+            log.warning("vllm_unavailable", error=str(exc), epochs=self._vllm_in.failures)
+            return None
+        if not scraped.metrics_enabled:
+            self._vllm_in.failed()
+            self.metrics.input_error("vllm")
+            log.warning(
+                "vllm_metrics_disabled",
+                hint="vLLM exports no vllm:* metrics; it runs with --disable-log-stats",
+                epochs=self._vllm_in.failures,
+            )
+            return None
+        self._vllm_in.ok(scraped)
+        return scraped
+
+    async def _read_gpus(self) -> list[GpuStatus] | None:
+        try:
+            return await self.backend.status()
+        except GpuError as exc:
+            self.metrics.input_error("gpu")
+            log.warning("gpu_read_failed", error=str(exc))
+            return None
+
+    # ---- one epoch ----------------------------------------------------------------
+
+    def _stale(self) -> str | None:
+        """Which input has been unavailable for more than ``stale_epochs`` epochs."""
+        n = self.config.stale_epochs
+        if self.router is not None and (
+            self._router_in.failures > n or self._router_in.value is None
+        ):
+            return "router"
+        if self._vllm_in.failures > n or (self.router is None and self._vllm_in.value is None):
+            return "vllm"
+        return None
+
+    def _decide(self, inputs: EpochInputs) -> tuple[ControlDecision, str]:
+        """Run the controller on held inputs, then apply the fail-safe override."""
+        levels = self.controller.levels
+        capacity = resolve_capacity(
+            self.config.capacity_tokens, inputs.vllm, inputs.router, self._capacity_tokens
+        )
+        self._capacity_tokens = capacity
+        stale = self._stale()
+        snap = None
+        if capacity is not None:
+            snap = build_snapshot(self.epoch, inputs, capacity, self.config.standalone)
+        decision = None
+        if snap is not None:
+            try:
+                decision = self.controller.decide(snap)
+            except ControllerError as exc:  # e.g. a router bug sent an invalid agent
+                log.error("controller_rejected_snapshot", error=str(exc), epoch=self.epoch)
+        if decision is None:
+            pending = inputs.router.pending if inputs.router is not None else ()
+            why = "no-capacity" if capacity is None else "no-input"
+            decision = ControlDecision(
+                epoch=self.epoch,
+                level=levels.count,
+                clock_mhz=levels.max_mhz,
+                admit=tuple(a.agent_id for a in pending),
+                capacity_tokens=capacity or 0,
+                reason="controller-error" if snap is not None else why,
+            )
+        self.failsafe_reason = stale
+        if stale is not None and decision.clock_mhz != levels.max_mhz:
+            decision = _with_clock(decision, levels.count, levels.max_mhz)
+        reason = decision.reason if stale is None else f"failsafe-{stale}:{decision.reason}"
+        return decision, reason
+
+    async def _post(self, decision: ControlDecision, fresh: bool) -> int:
+        """Send the admission decision; returns how many agents the router admitted."""
+        if self.router is None or not fresh:
+            return 0
+        msg = AdmissionDecision(
+            instance=self.config.instance,
+            daemon_id=self.daemon_id,
+            daemon_start_unix_s=self.start_unix_s,
+            epoch=decision.epoch,
+            admit=decision.admit,
+            defer_admissions=decision.defer_admissions,
+            capacity_tokens=decision.capacity_tokens or None,
+            clock_mhz=decision.clock_mhz,
+            boost=decision.boost,
+            valid_for_s=self.config.epoch_s * self.config.decision_valid_epochs,
+            policy=self.controller.name,
+        )
+        try:
+            ack = await self.router.post_decision(msg)
+        except InputError as exc:
+            self.metrics.input_error("router_decision")
+            log.warning("decision_not_delivered", error=str(exc), epoch=decision.epoch)
+            return 0
+        self.last_ack = ack
+        if not ack.accepted:
+            log.info("decision_rejected", epoch=decision.epoch, reason=ack.reason)
+        return len(ack.admitted) if ack.accepted else 0
+
+    async def _apply_clock(self, clock_mhz: int) -> None:
+        """Lock the clock if it changed; permission loss degrades to observe mode."""
+        if clock_mhz == self.applied_clock_mhz or not self.backend.controls:
+            return
+        try:
+            await self.backend.set_locked_clock(clock_mhz)
+        except GpuPermissionError as exc:
+            if self.config.require_control:
+                raise
+            log.error("gpu_control_denied_switching_to_observe", error=str(exc))
+            self.backend = ObserveBackend(self.backend, reason=str(exc))
+            self.notifier.status(self.status_line())
+            return
+        except GpuError as exc:
+            log.warning("gpu_set_clock_failed", error=str(exc), clock_mhz=clock_mhz)
+            self.applied_clock_mhz = None  # unknown now: write again next epoch
+            return
+        log.info("clock_set", clock_mhz=clock_mhz, epoch=self.epoch)
+        self.applied_clock_mhz = clock_mhz
+
+    def _close(self, end_s: float, gpus: list[GpuStatus] | None) -> EpochRecord | None:
+        if self._open is None:
+            return None
+        held = self._vllm_in.value
+        record = close_epoch(
+            self._open,
+            end_s=end_s,
+            t_s=self.wall_clock(),
+            end=GpuTotals.of(gpus),
+            generation_tokens_total=held.generation_tokens_total if held else None,
+            preemptions_total=held.preemptions_total if held else None,
+            instance=self.config.instance,
+            policy=self.controller.name,
+            gpus=self.config.gpus,
+            run=self.config.run,
+        )
+        self._open = None
+        self.records.append(record)
+        if self.sink is not None:
+            self.sink.write(record)
+        self.metrics.observe_record(record, self._instant_power_w)
+        return record
+
+    async def run_epoch(self) -> ControlDecision:
+        """One full epoch: gather → close previous → decide → act → open this one."""
+        t0 = self.clock()
+        router_state, scraped, gpus = await asyncio.gather(
+            self._read_router(), self._read_vllm(), self._read_gpus()
+        )
+        now = self.clock()
+        totals = GpuTotals.of(gpus)
+        self._instant_power_w = totals.power_w
+        carry = None
+        if gpus is None and self._open is not None:
+            # No reading, no energy boundary: let the open epoch run on so its
+            # energy is merged into the next record instead of being lost.
+            carry, self._open = self._open, None
+            log.warning("epoch_extended_gpu_unreadable", epoch=carry.epoch)
+        else:
+            self._close(now, gpus)
+        held = EpochInputs(now_s=now, router=self._router_in.value, vllm=self._vllm_in.value)
+        decision, reason = self._decide(held)
+        if not self.backend.controls:
+            reason += " (observe)"
+        admitted = await self._post(decision, fresh=router_state is not None)
+        await self._apply_clock(decision.clock_mhz)
+        ongoing, pending = agent_counts(held, self.config.standalone)
+        vl = self._vllm_in.value
+        self._open = OpenEpoch(
+            epoch=self.epoch,
+            start_s=carry.start_s if carry else now,
+            decision=decision,
+            target_clock_mhz=decision.clock_mhz,
+            reason=reason,
+            ongoing=ongoing,
+            pending=pending,
+            admitted=admitted + (carry.admitted if carry else 0),
+            start=carry.start if carry else totals,
+            generation_tokens_total=(
+                carry.generation_tokens_total
+                if carry
+                else (vl.generation_tokens_total if vl and scraped else None)
+            ),
+            preemptions_total=(
+                carry.preemptions_total
+                if carry
+                else (vl.preemptions_total if vl and scraped else None)
+            ),
+        )
+        self.last_decision = decision
+        self.metrics.failsafe.labels(self.config.instance).set(1 if self.failsafe_reason else 0)
+        self.metrics.epoch_duration.labels(self.config.instance).observe(self.clock() - t0)
+        self.epoch += 1
+        self._epoch_done.set()
+        self._epoch_done = asyncio.Event()
+        self._last_epoch_end_s = self.clock()
+        self.notifier.watchdog()
+        if self.epoch == 1 or self.epoch % 12 == 0 or self.failsafe_reason:
+            self.notifier.status(self.status_line())
+        return decision
+
+    async def wait_epochs(self, count: int) -> None:
+        """Wait until ``count`` epochs have completed (callers bound it in time)."""
+        while self.epoch < count:
+            await self._epoch_done.wait()
+
+    # ---- lifecycle ----------------------------------------------------------------
+
+    async def run_forever(self, stop: asyncio.Event) -> None:
+        """Run epochs every ``epoch_s`` until ``stop``; an epoch in flight when
+        ``stop`` fires is cancelled (its inputs are bounded, but exit should not
+        wait for them). Missed deadlines are logged and counted, then skipped."""
+        period = self.config.epoch_s
+        deadline = self.clock()
+        while not stop.is_set():
+            work = asyncio.create_task(self.run_epoch())
+            stopper = asyncio.create_task(stop.wait())
+            done, _ = await asyncio.wait({work, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if work not in done:
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await work
+                log.info("epoch_cancelled_by_stop", epoch=self.epoch)
+                return
+            stopper.cancel()
+            work.result()
+            deadline += period
+            now = self.clock()
+            if now > deadline:
+                missed = int((now - deadline) // period) + 1
+                deadline += missed * period
+                self.metrics.missed.labels(self.config.instance).inc(missed)
+                log.warning("missed_epochs", missed=missed, epoch=self.epoch, period_s=period)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=max(deadline - now, 0.0))
+
+    async def shutdown(self) -> bool:
+        """Close the last epoch and reset the clocks; True if the reset succeeded."""
+        self.notifier.stopping()
+        gpus = await self._read_gpus()
+        self._close(self.clock(), gpus)
+        return await reset_clocks(self.backend)
+
+    def status_line(self) -> str:
+        parts = [f"{self.config.instance}: epoch {self.epoch}"]
+        if self.last_decision is not None:
+            d = self.last_decision
+            parts.append(f"clock {d.clock_mhz} MHz, U {d.usage_tokens}/{d.capacity_tokens}")
+        if self.mode == "standalone":
+            parts.append("standalone (no router): U from vLLM KV usage, no SLO boost")
+        if not self.backend.controls:
+            parts.append("observe mode: clocks are not changed")
+        if self.failsafe_reason:
+            parts.append(f"FAILSAFE max clock ({self.failsafe_reason} stale)")
+        return "; ".join(parts)
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """Healthy while epochs keep completing (within three periods)."""
+        now = self.clock()
+        since = self._last_epoch_end_s if self._last_epoch_end_s is not None else self._started_s
+        age = now - since
+        ok = age <= 3 * self.config.epoch_s + self.config.http_timeout_s
+        return ok, {
+            "ok": ok,
+            "instance": self.config.instance,
+            "mode": self.mode,
+            "failsafe": self.failsafe_reason,
+            "epoch": self.epoch,
+            "seconds_since_epoch": round(age, 3),
+            "backend": self.backend.name,
+            "controls_clocks": self.backend.controls,
+            "policy": self.controller.name,
+            "applied_clock_mhz": self.applied_clock_mhz,
+            "status": self.status_line(),
+        }
+
+
+def _with_clock(decision: ControlDecision, level: int, clock_mhz: int) -> ControlDecision:
+    return dataclasses.replace(decision, level=level, clock_mhz=clock_mhz)
+
+
+async def reset_clocks(backend: GpuBackend) -> bool:
+    """Best-effort clock reset used on every exit path; never raises."""
+    if not backend.controls:
+        return True
+    try:
+        await backend.reset_clocks()
+    except (KairosdError, OSError) as exc:
+        log.error(
+            "gpu_clock_reset_failed",
+            error=str(exc),
+            hint="run `kairosd reset` (systemd ExecStopPost does) to unlock the clocks",
+        )
+        return False
+    log.info("gpu_clocks_reset", backend=backend.name)
+    return True

@@ -1,0 +1,77 @@
+"""The daemon's Prometheus metrics, on a registry it owns (never the global one),
+so several daemons or tests in one process never collide."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from reporting.records import EpochRecord
+
+
+class DaemonMetrics:
+    """Gauges and counters updated once per epoch by the loop."""
+
+    def __init__(self, instance: str, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        r, lbl = self.registry, ["instance"]
+
+        def gauge(name: str, doc: str) -> Gauge:
+            return Gauge(name, doc, lbl, registry=r)
+
+        def counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, lbl, registry=r)
+
+        self.power_w = gauge("kairosd_power_watts", "Average GPU power over the last epoch")
+        self.instant_power_w = gauge("kairosd_instant_power_watts", "Instant GPU power (sum)")
+        self.energy_j = counter("kairosd_energy_joules", "GPU energy measured since start")
+        self.target_clock = gauge("kairosd_target_clock_mhz", "Clock the controller chose")
+        self.actual_clock = gauge("kairosd_actual_clock_mhz", "Clock the GPU reported")
+        self.usage = gauge("kairosd_usage_tokens", "U: context tokens of ongoing agents")
+        self.capacity = gauge("kairosd_capacity_tokens", "U_max: KV token capacity")
+        self.ongoing = gauge("kairosd_ongoing_agents", "Admitted agents on this instance")
+        self.pending = gauge("kairosd_pending_agents", "Agents held at the router")
+        self.boost = gauge("kairosd_boost", "1 while an SLO boost is active")
+        self.boosts = counter("kairosd_boost_epochs", "Epochs with an SLO boost")
+        self.admissions = counter("kairosd_admissions", "Agents admitted by the router on our word")
+        self.deferred = gauge("kairosd_deferred", "1 while new admissions are deferred")
+        self.failsafe = gauge("kairosd_failsafe", "1 while inputs are stale (max clock)")
+        self.epochs = counter("kairosd_epochs", "Completed control epochs")
+        self.missed = counter("kairosd_missed_epochs", "Epoch deadlines missed")
+        self.input_errors = Counter(
+            "kairosd_input_errors", "Failed epoch inputs", ["instance", "input"], registry=r
+        )
+        self.epoch_duration = Histogram(
+            "kairosd_epoch_duration_seconds",
+            "Wall time of one epoch's work (inputs, decision, actuation)",
+            lbl,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0),
+            registry=r,
+        )
+        self.instance = instance
+
+    def observe_record(self, rec: EpochRecord, instant_power_w: float | None) -> None:
+        i = self.instance
+        self.power_w.labels(i).set(rec.avg_power_w)
+        if instant_power_w is not None:
+            self.instant_power_w.labels(i).set(instant_power_w)
+        if rec.energy_j > 0:
+            self.energy_j.labels(i).inc(rec.energy_j)
+        self.target_clock.labels(i).set(rec.target_clock_mhz)
+        if rec.actual_clock_mhz is not None:
+            self.actual_clock.labels(i).set(rec.actual_clock_mhz)
+        self.usage.labels(i).set(rec.usage_tokens)
+        self.capacity.labels(i).set(rec.capacity_tokens)
+        self.ongoing.labels(i).set(rec.ongoing)
+        self.pending.labels(i).set(rec.pending)
+        self.boost.labels(i).set(1 if rec.boost else 0)
+        self.deferred.labels(i).set(1 if rec.deferred else 0)
+        if rec.boost:
+            self.boosts.labels(i).inc()
+        self.admissions.labels(i).inc(rec.admitted)
+        self.epochs.labels(i).inc()
+
+    def input_error(self, which: str) -> None:
+        self.input_errors.labels(self.instance, which).inc()
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

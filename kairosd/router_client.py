@@ -1,0 +1,64 @@
+"""The daemon's side of the ``/kairos/v1`` contract (kairos_common.wire).
+
+Each epoch the daemon pulls its instance's agent state and pushes one
+admission decision. Both calls are bounded by a timeout and raise
+:class:`RouterUnavailableError` on any failure, so the loop can count stale
+epochs instead of blocking.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import aiohttp
+
+from kairos_common.errors import WireFormatError
+from kairos_common.wire import API_PREFIX, AdmissionDecision, DecisionAck, InstanceState
+from kairosd.errors import RouterUnavailableError
+
+
+class RouterClient:
+    """Client for one instance's state/decision endpoints on the router."""
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        base_url: str,
+        instance: str,
+        timeout_s: float,
+        token: str | None = None,
+    ) -> None:
+        base = f"{base_url.rstrip('/')}{API_PREFIX}/instances/{quote(instance, safe='')}"
+        self.state_url = f"{base}/state"
+        self.decision_url = f"{base}/decision"
+        self._session = session
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    async def _json(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+        try:
+            async with self._session.request(
+                method, url, json=body, headers=self._headers, timeout=self._timeout
+            ) as resp:
+                if resp.status != 200:
+                    raise RouterUnavailableError(f"{method} {url} answered HTTP {resp.status}")
+                return await resp.json(content_type=None)
+        except TimeoutError as exc:
+            raise RouterUnavailableError(f"{method} {url} timed out") from exc
+        except (aiohttp.ClientError, ValueError) as exc:
+            raise RouterUnavailableError(f"{method} {url}: {exc}") from exc
+
+    async def state(self) -> InstanceState:
+        obj = await self._json("GET", self.state_url)
+        try:
+            return InstanceState.from_json(obj)
+        except WireFormatError as exc:
+            raise RouterUnavailableError(f"malformed instance state: {exc}") from exc
+
+    async def post_decision(self, decision: AdmissionDecision) -> DecisionAck:
+        obj = await self._json("POST", self.decision_url, decision.to_json())
+        try:
+            return DecisionAck.from_json(obj)
+        except WireFormatError as exc:
+            raise RouterUnavailableError(f"malformed decision ack: {exc}") from exc

@@ -1,0 +1,74 @@
+"""Start-up: open the configured GPU backend, reconcile it, build levels and the
+controller. Kept apart from the loop so ``kairosd gpus`` / ``reset`` reuse it."""
+
+from __future__ import annotations
+
+import aiohttp
+import structlog
+
+from controllers.frequency import FrequencyLevels
+from controllers.registry import make_controller
+from controllers.types import Controller
+from kairosd.config import KairosdConfig
+from kairosd.errors import GpuPermissionError
+from kairosd.gpu.base import GpuBackend
+from kairosd.gpu.observe import ObserveBackend
+from kairosd.gpu.sim_backend import SimBackend
+
+log = structlog.get_logger()
+
+
+async def open_backend(
+    kind: str,
+    *,
+    vllm_url: str,
+    gpus: tuple[int, ...] | None,
+    timeout_s: float,
+    session: aiohttp.ClientSession,
+) -> GpuBackend:
+    """Build the backend named ``kind`` (``zeus``, ``sim`` or ``observe``).
+
+    ``observe`` reads the real GPUs through Zeus and never writes. Zeus is
+    imported only here, only when asked for, so CPU-only hosts never load it.
+    """
+    if kind == "sim":
+        return SimBackend(vllm_url, gpus if gpus is not None else (0,), session, timeout_s)
+    from kairosd.gpu.zeus_backend import ZeusBackend
+
+    backend = await ZeusBackend.open(gpus, timeout_s)
+    return ObserveBackend(backend) if kind == "observe" else backend
+
+
+async def prepare_backend(backend: GpuBackend, *, require_control: bool) -> GpuBackend:
+    """Reconcile the GPUs' actual state and check that we may change clocks.
+
+    A previous crash may have left clocks locked, so a controlling backend
+    resets them first; that reset also proves we hold the privilege. Without it
+    the daemon degrades to observe mode (still reporting power), unless the
+    operator demanded control, in which case the permission error propagates.
+    """
+    for gpu in await backend.status():
+        if gpu.locked_clock_mhz is not None:
+            log.warning("gpu_found_locked", gpu=gpu.index, locked_clock_mhz=gpu.locked_clock_mhz)
+    if not backend.controls:
+        return backend
+    try:
+        await backend.reset_clocks()
+    except GpuPermissionError as exc:
+        if require_control:
+            raise
+        log.error("gpu_control_not_permitted", error=str(exc), fallback="observe mode")
+        return ObserveBackend(backend, reason=str(exc))
+    return backend
+
+
+async def build_controller(backend: GpuBackend, config: KairosdConfig) -> Controller:
+    """Frequency levels from the GPU's own clock list, then the named policy."""
+    levels = FrequencyLevels.from_supported(
+        await backend.supported_clocks_mhz(),
+        floor_mhz=config.floor_mhz,
+        ceiling_mhz=config.ceiling_mhz,
+        num_levels=config.num_levels,
+    )
+    log.info("frequency_levels", clocks_mhz=list(levels.clocks_mhz), policy=config.policy)
+    return make_controller(config.policy, levels, config.kairos)

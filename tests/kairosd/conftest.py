@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+
+from kairosd.config import KairosdConfig
+from kairosd.gpu.sim_backend import SimBackend
+from kairosd.loop import Daemon
+from kairosd.metrics import DaemonMetrics
+from kairosd.router_client import RouterClient
+from kairosd.startup import build_controller, prepare_backend
+from kairosd.testing import FakeRouter, FakeVllm
+from kairosd.vllm_client import VllmClient
+from reporting.records import EpochRecord
+
+CLOCKS = (800, 1000, 1200, 1400, 1600)
+
+
+class ManualClock:
+    """Injectable monotonic clock that only moves when a test says so."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, dt: float) -> None:
+        self.t += dt
+
+
+@dataclass
+class ListSink:
+    records: list[EpochRecord] = field(default_factory=list)
+
+    def write(self, record: EpochRecord) -> None:
+        self.records.append(record)
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def vllm(clock: ManualClock) -> AsyncIterator[FakeVllm]:
+    fake = FakeVllm(clock=clock, supported_clocks_mhz=CLOCKS)
+    await fake.start()
+    yield fake
+    fake.release_hangs()
+    await fake.stop()
+
+
+@pytest.fixture
+async def router(clock: ManualClock) -> AsyncIterator[FakeRouter]:
+    fake = FakeRouter(instance="gpu0", clock=clock)
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def make_daemon(
+    vllm: FakeVllm,
+    router: FakeRouter | None,
+    session: aiohttp.ClientSession,
+    clock: ManualClock,
+    **overrides: Any,
+) -> Daemon:
+    """A daemon on the sim backend against the fakes, driven epoch by epoch."""
+    cfg = KairosdConfig(
+        instance="gpu0",
+        vllm_url=vllm.url,
+        router_url=router.url if router else None,
+        gpu_backend="sim",
+        epoch_s=5.0,
+        http_timeout_s=0.5,
+        gpu_timeout_s=0.5,
+        listen_port=None,
+        **overrides,
+    )
+    backend = await prepare_backend(
+        SimBackend(vllm.url, cfg.gpus, session, cfg.gpu_timeout_s),
+        require_control=cfg.require_control,
+    )
+    link = None
+    if router is not None:
+        link = RouterClient(session, router.url, cfg.instance, cfg.http_timeout_s)
+    return Daemon(
+        cfg,
+        backend=backend,
+        controller=await build_controller(backend, cfg),
+        vllm=VllmClient(session, vllm.url, cfg.http_timeout_s),
+        router=link,
+        sink=ListSink(),
+        metrics=DaemonMetrics(cfg.instance),
+        clock=clock,
+        wall_clock=lambda: 1.7e9 + clock(),
+    )

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import tempfile
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from controllers.frequency import FrequencyLevels
+from controllers.registry import make_controller
+from kairos_common.errors import ConfigError
+from kairos_common.vllm_metrics import VllmMetrics
+from kairosd.config import KairosdConfig, load_daemon_config
+from kairosd.health_server import HealthServer
+from kairosd.loop import Daemon
+from kairosd.metrics import DaemonMetrics
+from kairosd.sdnotify import Notifier
+from kairosd.testing import FakeVllm
+from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
+
+
+def test_config_layers_toml_env_flags(tmp_path: Path) -> None:
+    path = tmp_path / "gpu0.toml"
+    path.write_text(
+        'instance = "gpu0"\nvllm_url = "http://127.0.0.1:8000"\ngpus = [0, 1]\n'
+        "epoch_s = 4.0\n[kairos]\nalpha = 0.7\n"
+    )
+    env = {"KAIROSD_EPOCH_S": "6", "KAIROSD_KAIROS__SLO_TOK_S": "35"}
+    cfg = load_daemon_config(path, env=env, overrides={"policy": "no-control", "epoch_s": None})
+    assert cfg.gpus == (0, 1) and cfg.epoch_s == 6.0 and cfg.policy == "no-control"
+    assert cfg.kairos.alpha == 0.7 and cfg.kairos.slo_tok_s == 35.0
+    assert cfg.listen_host == "127.0.0.1" and cfg.standalone
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"gpu_backend": "nvml"},
+        {"epoch_s": 0.5},  # default 1 s HTTP timeout would not fit in the epoch
+        {"gpus": "-1"},
+        {"typo_key": 1},
+        {"kairos": {"beta": 0.5}},  # gamma 0.9 > beta
+        {"gpu_backend": "observe", "require_control": True},
+    ],
+)
+def test_bad_config_is_rejected(overrides: dict[str, object]) -> None:
+    with pytest.raises(ConfigError):
+        load_daemon_config(None, env={}, overrides=overrides)
+
+
+def test_router_token_file(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    cfg = KairosdConfig(router_token_file=token)
+    assert cfg.resolved_router_token() == "s3cret"
+    assert KairosdConfig(router_token="t").resolved_router_token() == "t"
+
+
+def test_sd_notify_datagrams() -> None:
+    sock_dir = tempfile.mkdtemp(prefix="kn", dir="/tmp")
+    path = os.path.join(sock_dir, "n")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        n = Notifier(path)
+        assert n.ready("epoch 0") and n.watchdog()
+        assert sock.recv(256) == b"READY=1\nSTATUS=epoch 0"
+        assert sock.recv(256) == b"WATCHDOG=1"
+    os.unlink(path)
+    os.rmdir(sock_dir)
+    assert not Notifier(None).ready("x")
+    assert not Notifier("/nonexistent/sock").watchdog()  # never fatal
+
+
+async def test_health_and_metrics_endpoints(
+    vllm: FakeVllm, session: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    daemon = await make_daemon(vllm, None, session, clock)
+    vllm.vllm.kv_usage_frac = 0.3
+    await daemon.run_epoch()
+    server = HealthServer(daemon.metrics, daemon.health, "127.0.0.1", 0)
+    port = await server.start()
+    try:
+        async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+            body = await resp.json()
+            assert resp.status == 200 and body["mode"] == "standalone"
+            assert body["controls_clocks"] and body["epoch"] == 1
+        async with session.get(f"http://127.0.0.1:{port}/metrics") as resp:
+            assert "kairosd_usage_tokens" in await resp.text()
+        clock.advance(60.0)  # no epoch for 12 periods: unhealthy
+        async with session.get(f"http://127.0.0.1:{port}/healthz") as resp:
+            assert resp.status == 503
+    finally:
+        await server.stop()
+
+
+class SlowVllm:
+    """An input source that takes longer than an epoch (beyond its own timeout)."""
+
+    async def fetch(self) -> VllmMetrics:
+        await asyncio.sleep(0.25)
+        return VllmMetrics(metrics_enabled=True, capacity_tokens=1000, kv_usage_frac=0.1)
+
+
+class StaticGpu:
+    name = "static"
+    controls = False
+
+    async def status(self) -> list[object]:
+        return []
+
+    async def supported_clocks_mhz(self) -> tuple[int, ...]:
+        return CLOCKS
+
+    async def set_locked_clock(self, clock_mhz: int) -> None: ...
+    async def reset_clocks(self) -> None: ...
+    async def close(self) -> None: ...
+
+
+async def test_missed_epochs_are_counted_and_stop_is_prompt() -> None:
+    cfg = KairosdConfig(
+        instance="g", vllm_url="http://x", epoch_s=0.1, http_timeout_s=0.05, gpu_timeout_s=0.05
+    )
+    daemon = Daemon(
+        cfg,
+        backend=StaticGpu(),  # type: ignore[arg-type]
+        controller=make_controller("kairos", FrequencyLevels.from_supported(CLOCKS)),
+        vllm=SlowVllm(),
+        router=None,
+        sink=ListSink(),
+        metrics=DaemonMetrics("g"),
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(daemon.run_forever(stop))
+    async with asyncio.timeout(5.0):
+        await daemon.wait_epochs(2)
+        stop.set()
+        await task
+    text = daemon.metrics.render().decode()
+    missed = [ln for ln in text.splitlines() if ln.startswith("kairosd_missed_epochs_total")]
+    assert missed and float(missed[0].split()[-1]) >= 2
