@@ -1,18 +1,167 @@
-"""``kairos-router`` command line (typer)."""
+"""``kairos-router`` command line (typer).
+
+``kairos-router run --backend URL [--backend URL …] [--host H] [--port P] [--config FILE]``
+(SPEC §4). Every flag overrides the TOML file and ``KAIROS_ROUTER_*`` env vars.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import signal
+from pathlib import Path
+from typing import Annotated, Any
+
+import structlog
 import typer
+from aiohttp import web
+
+from kairos_common.config import load_config
+from kairos_common.errors import ConfigError
+from kairos_common.logs import configure_logging
+from router.app import create_app
+from router.config import ENV_PREFIX, RouterConfig
+from router.errors import RouterError
 
 app = typer.Typer(help="Kairos agent-aware OpenAI-compatible router.", no_args_is_help=True)
 
 
+@app.callback()
+def _root() -> None:
+    """Kairos agent-aware, power-aware OpenAI-compatible router (paper §6.1, §6.3)."""
+
+
 @app.command()
-def run() -> None:
+def run(
+    backend: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--backend",
+            "-b",
+            help="vLLM base URL (http://host:port), repeatable; NAME=URL names the instance "
+            "(default names i0, i1, … in order; a kairosd uses this name or host:port).",
+        ),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default 127.0.0.1).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on (default 24157).")] = None,
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="TOML config file (see docs/router.md).")
+    ] = None,
+    state_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Directory for the signing secret, SQLite ledger state and agent records "
+            "(default $XDG_STATE_HOME/kairos/router)."
+        ),
+    ] = None,
+    placement: Annotated[
+        str | None,
+        typer.Option(help="Placement policy: consolidating (default), round-robin, least-context."),
+    ] = None,
+    signing_secret_file: Annotated[
+        Path | None,
+        typer.Option(help="HMAC secret for agent identities (created if missing)."),
+    ] = None,
+    no_signing: Annotated[
+        bool, typer.Option("--no-signing", help="Accept unsigned identities (testing only).")
+    ] = False,
+    control_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File with the bearer token required by the /kairos/v1 control API; without "
+            "one only loopback peers may call it (env KAIROS_ROUTER_CONTROL_TOKEN also works)."
+        ),
+    ] = None,
+    records: Annotated[
+        Path | None,
+        typer.Option(help="Per-agent completion records JSONL (default STATE_DIR/agents.jsonl)."),
+    ] = None,
+    capacity_tokens: Annotated[
+        int | None,
+        typer.Option(
+            help="Fallback KV capacity U_max per instance when neither kairosd nor vLLM "
+            "/metrics provide one."
+        ),
+    ] = None,
+    anonymous: Annotated[
+        str | None,
+        typer.Option(
+            help="Requests without identity: one-turn (each request is an agent, default) "
+            "or api-key (one agent per API key)."
+        ),
+    ] = None,
+    idle_expiry_s: Annotated[
+        float | None,
+        typer.Option(help="End agents idle this long without an end signal (default 1800)."),
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error.")] = None,
+    log_json: Annotated[
+        bool | None,
+        typer.Option("--log-json/--log-console", help="Force JSON or console logs."),
+    ] = None,
+) -> None:
     """Start the router in front of vLLM instances."""
-    typer.echo("kairos-router run: not implemented yet", err=True)
-    raise typer.Exit(2)
+    overrides: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "state_dir": state_dir,
+        "signing_secret_file": signing_secret_file,
+        "control_token_file": control_token_file,
+        "records": records,
+        "anonymous": anonymous,
+        "idle_expiry_s": idle_expiry_s,
+        "log_level": log_level,
+        "log_json": log_json,
+    }
+    if backend:
+        overrides["backends"] = list(backend)
+    if no_signing:
+        overrides["signing"] = False
+    if placement is not None:
+        overrides["placement"] = {"policy": placement}
+    if capacity_tokens is not None:
+        overrides["admission"] = {"capacity_tokens": capacity_tokens}
+    try:
+        cfg = load_config(RouterConfig, path=config, env_prefix=ENV_PREFIX, overrides=overrides)
+        configure_logging(cfg.log_level, cfg.log_json)
+        if not cfg.backends:
+            raise ConfigError("no backend: pass --backend URL or set backends in the config")
+        application = create_app(cfg)
+    except (ConfigError, RouterError, ValueError) as exc:
+        typer.echo(f"kairos-router: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        asyncio.run(serve(application, cfg.host, cfg.port))
+    except OSError as exc:
+        typer.echo(f"kairos-router: cannot listen on {cfg.host}:{cfg.port}: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+async def serve(application: web.Application, host: str, port: int) -> None:
+    """Serve until SIGTERM/SIGINT; logs ``listening`` only once the socket is bound
+    (scripts and tests wait for that line), then shuts down cleanly (state persisted)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    runner = web.AppRunner(application, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port, shutdown_timeout=10.0)
+        await site.start()
+        bound = [a for a in runner.addresses if isinstance(a, tuple)]
+        actual_port = bound[0][1] if bound else port
+        structlog.get_logger("kairos.router").info("listening", host=host, port=actual_port)
+        await stop.wait()
+        structlog.get_logger("kairos.router").info("shutting_down")
+    finally:
+        await runner.cleanup()
 
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

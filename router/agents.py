@@ -1,0 +1,178 @@
+"""Agent lifecycle: start (id-tracker), implicit start on first request, end, idle
+expiry, status, and the per-agent completion record written at the end.
+
+An agent that ends frees its context on its instance (``U_i`` drops by ``C_a``),
+which can admit held agents, so every end pumps its instance's admission.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from kairos_common.identity import issue_token, new_agent_id
+from kairos_common.wire import AgentEnd, AgentStart, AgentStarted
+from reporting.records import AgentRecord, JsonlWriter
+from router.admission import AdmissionService
+from router.errors import NotFoundError
+from router.instances import InstancePool
+from router.ledger import Agent, Ledger
+from router.metrics import RouterMetrics
+
+log = structlog.get_logger("kairos.router.agents")
+
+
+class AgentService:
+    def __init__(
+        self,
+        ledger: Ledger,
+        pool: InstancePool,
+        admission: AdmissionService,
+        metrics: RouterMetrics,
+        *,
+        secret: bytes | None,
+        idle_expiry_s: float,
+        default_slo_tok_s: float,
+        records: JsonlWriter | None,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.ledger = ledger
+        self.pool = pool
+        self.admission = admission
+        self.metrics = metrics
+        self.secret = secret
+        self.idle_expiry_s = idle_expiry_s
+        self.default_slo_tok_s = default_slo_tok_s
+        self.records = records
+        self.clock = clock
+        self.wall_clock = wall_clock
+
+    def _new(self, agent_id: str, *, ephemeral: bool = False, **kw: Any) -> Agent:
+        now = self.clock()
+        agent = Agent(
+            agent_id=agent_id,
+            arrival_s=now,
+            start_unix_s=self.wall_clock(),
+            ephemeral=ephemeral,
+            last_seen_s=now,
+            **kw,
+        )
+        return self.ledger.add(agent)
+
+    def start(self, msg: AgentStart) -> AgentStarted:
+        """``POST /kairos/v1/agents``: a fresh identity and its signed token."""
+        agent_id = new_agent_id()
+        self._new(agent_id, parent_id=msg.parent_id, name=msg.name, slo_tok_s=msg.slo_tok_s)
+        self.metrics.agents_started.labels("api").inc()
+        log.info("agent_started", agent=agent_id, parent=msg.parent_id, agent_name=msg.name)
+        return AgentStarted(
+            agent_id=agent_id,
+            token=issue_token(agent_id, self.secret),
+            idle_expiry_s=self.idle_expiry_s,
+        )
+
+    def for_request(self, agent_id: str | None) -> Agent:
+        """The agent a request belongs to; unknown signed ids start implicitly,
+        anonymous requests become one-turn agents."""
+        if agent_id is None:
+            self.metrics.agents_started.labels("one-turn").inc()
+            return self._new(f"req-{uuid.uuid4().hex}", ephemeral=True)
+        agent = self.ledger.get(agent_id)
+        if agent is None:
+            agent = self._new(agent_id)
+            self.metrics.agents_started.labels("implicit").inc()
+        return agent
+
+    def end(self, agent_id: str, msg: AgentEnd) -> None:
+        agent = self.ledger.get(agent_id)
+        if agent is None:
+            raise NotFoundError(f"no live agent {agent_id!r}")
+        self.finish(agent, reason=msg.reason, exit_code=msg.exit_code)
+
+    def finish(self, agent: Agent, *, reason: str, exit_code: int | None = None) -> None:
+        """Remove ``agent``, free its context, write its record, pump admission."""
+        self.admission.remove_pending(agent)
+        instance = agent.instance
+        self.ledger.remove(agent.agent_id)
+        if not agent.ephemeral:
+            self.metrics.agents_ended.labels(reason).inc()
+            self._write_record(agent, reason, exit_code)
+            log.info("agent_ended", agent=agent.agent_id, reason=reason, turns=agent.turns)
+        inst = self.pool.get(instance)
+        if inst is not None:
+            self.admission.pump(inst)
+
+    def _write_record(self, agent: Agent, reason: str, exit_code: int | None) -> None:
+        tput = agent.throughput_tok_s
+        if tput is not None:
+            self.metrics.agent_throughput.observe(tput)
+        slo = agent.slo_tok_s if agent.slo_tok_s is not None else self.default_slo_tok_s
+        if self.records is None:
+            return
+        now_unix = self.wall_clock()
+        self.records.write(
+            AgentRecord(
+                agent_id=agent.agent_id,
+                start_s=agent.start_unix_s,
+                end_s=now_unix,
+                turns=agent.turns,
+                decode_tokens=agent.decode_tokens,
+                prompt_tokens=agent.prompt_tokens,
+                llm_time_s=agent.llm_time_s,
+                pending_s=agent.pending_s,
+                throughput_tok_s=tput,
+                slo_tok_s=slo,
+                slo_met=None if tput is None else tput >= slo,
+                parent_id=agent.parent_id,
+                name=agent.name,
+                instances=tuple(agent.instances),
+                exit_code=exit_code,
+                end_reason=reason,
+                max_context_tokens=agent.max_context_tokens,
+            )
+        )
+
+    def expire_idle(self) -> list[str]:
+        """End agents idle (no request in flight) longer than ``idle_expiry_s``."""
+        now = self.clock()
+        expired = [
+            a
+            for a in self.ledger
+            if a.in_flight == 0 and now - a.last_seen_s > self.idle_expiry_s and not a.ephemeral
+        ]
+        for agent in expired:
+            self.finish(agent, reason="expired")
+        return [a.agent_id for a in expired]
+
+    def status(self, agent_id: str) -> dict[str, Any]:
+        """``GET /kairos/v1/agents/{id}``: instance, state, context, throughput, queue position."""
+        agent = self.ledger.get(agent_id)
+        if agent is None:
+            raise NotFoundError(f"no live agent {agent_id!r}")
+        position = None
+        if agent.instance is not None and not agent.admitted:
+            position = self.admission.queue(agent.instance).position(agent_id)
+        state = "ongoing" if agent.admitted else ("pending" if position is not None else "new")
+        return {
+            "agent_id": agent.agent_id,
+            "parent_id": agent.parent_id,
+            "name": agent.name,
+            "instance": agent.instance,
+            "state": state,
+            "queue_position": position,
+            "context_tokens": agent.context_tokens,
+            "context_estimated": agent.context_estimated,
+            "turns": agent.turns,
+            "in_flight": agent.in_flight,
+            "decode_tokens": agent.decode_tokens,
+            "llm_time_s": agent.llm_time_s,
+            "pending_s": agent.pending_s,
+            "throughput_tok_s": agent.throughput_tok_s,
+            "steps_since_assignment": agent.steps_since_assign,
+            "instances": list(agent.instances),
+        }

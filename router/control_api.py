@@ -1,0 +1,97 @@
+"""The ``/kairos/v1`` control API (contract: :mod:`kairos_common.wire`).
+
+* agents: start / end / status — used by ``id-tracker``;
+* instances: list, per-instance state snapshot and admission decisions — used by
+  each instance's ``kairosd``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+from kairos_common.errors import WireFormatError
+from kairos_common.wire import API_PREFIX, AdmissionDecision, AgentEnd, AgentStart
+from router.auth import check_control_auth
+from router.core import RouterCore
+from router.errors import BadRequestError
+
+
+async def read_json_object(request: web.Request, limit: int = 1 << 20) -> dict[str, Any]:
+    """A small JSON object body (empty body → ``{}``); 400 on anything else."""
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise BadRequestError("control request body too large")
+    if not body.strip():
+        return {}
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise BadRequestError(f"body is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadRequestError("body must be a JSON object")
+    return obj
+
+
+class ControlApi:
+    def __init__(self, core: RouterCore) -> None:
+        self.core = core
+
+    def routes(self) -> list[web.RouteDef]:
+        p = API_PREFIX
+        return [
+            web.post(f"{p}/agents", self.start_agent),
+            web.post(f"{p}/agents/{{agent_id}}/end", self.end_agent),
+            web.get(f"{p}/agents/{{agent_id}}", self.agent_status),
+            web.get(f"{p}/instances", self.list_instances),
+            web.get(f"{p}/instances/{{name}}/state", self.instance_state),
+            web.post(f"{p}/instances/{{name}}/decision", self.decision),
+        ]
+
+    def _auth(self, request: web.Request) -> None:
+        check_control_auth(request, self.core.config.control_token)
+
+    async def start_agent(self, request: web.Request) -> web.Response:
+        self._auth(request)
+        try:
+            msg = AgentStart.from_json(await read_json_object(request))
+        except WireFormatError as exc:
+            raise BadRequestError(str(exc)) from None
+        return web.json_response(self.core.agents.start(msg).to_json())
+
+    async def end_agent(self, request: web.Request) -> web.Response:
+        self._auth(request)
+        try:
+            obj = await read_json_object(request)
+            msg = AgentEnd.from_json(obj or {"exit_code": 0})
+        except WireFormatError as exc:
+            raise BadRequestError(str(exc)) from None
+        self.core.agents.end(request.match_info["agent_id"], msg)
+        return web.json_response({"ok": True})
+
+    async def agent_status(self, request: web.Request) -> web.Response:
+        self._auth(request)
+        return web.json_response(self.core.agents.status(request.match_info["agent_id"]))
+
+    async def list_instances(self, request: web.Request) -> web.Response:
+        self._auth(request)
+        return web.json_response({"instances": self.core.instances_json()})
+
+    async def instance_state(self, request: web.Request) -> web.Response:
+        self._auth(request)
+        inst = self.core.pool.resolve(request.match_info["name"])
+        return web.json_response(self.core.admission.state(inst).to_json())
+
+    async def decision(self, request: web.Request) -> web.Response:
+        self._auth(request)
+        try:
+            decision = AdmissionDecision.from_json(await read_json_object(request))
+        except WireFormatError as exc:
+            raise BadRequestError(str(exc)) from None
+        name = request.match_info["name"]
+        inst = self.core.pool.resolve(name)
+        if self.core.pool.resolve(decision.instance) is not inst:
+            raise BadRequestError("decision names a different instance than the URL")
+        return web.json_response(self.core.admission.apply_decision(decision).to_json())

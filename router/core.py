@@ -1,0 +1,229 @@
+"""Composition root of the router's state: builds every service once and wires them.
+
+Also owns the operations that touch several services at once: adding, removing
+and draining instances, evacuating agents from an instance that died, health
+transitions, and persisting/restoring the ledger.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import structlog
+
+from controllers.frequency import FrequencyLevels
+from controllers.kairos import KairosConfig, KairosController
+from controllers.placement import ReassignmentConfig, ReassignmentRule, make_placement
+from reporting.records import JsonlWriter
+from router.admission import AdmissionService
+from router.agents import AgentService
+from router.config import RouterConfig, parse_backend
+from router.errors import NoBackendError
+from router.instances import Instance, InstancePool
+from router.ledger import Agent, Ledger
+from router.metrics import InstanceGauges, RouterMetrics
+from router.placement_service import PlacementService
+from router.store import StateStore
+
+log = structlog.get_logger("kairos.router")
+
+
+class RouterCore:
+    def __init__(
+        self,
+        config: RouterConfig,
+        *,
+        secret: bytes | None,
+        store: StateStore | None,
+        records: JsonlWriter | None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.secret = secret
+        self.store = store
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.metrics = RouterMetrics()
+        adm = config.admission
+        self.pool = InstancePool(adm.capacity_tokens)
+        for index, spec in enumerate(config.backends):
+            self.pool.add(*parse_backend(spec, index))
+        self.ledger = Ledger(adm.new_agent_context_tokens, clock)
+        controller = KairosController(
+            FrequencyLevels((1,)),
+            KairosConfig(
+                beta=adm.beta,
+                gamma=min(adm.gamma, adm.beta),
+                new_agent_context_tokens=adm.new_agent_context_tokens,
+                admit_within_beta=adm.admit_within_beta,
+            ),
+        )
+        self.admission = AdmissionService(
+            self.pool, self.ledger, controller, adm, self.metrics, clock
+        )
+        pl = config.placement
+        self.placement = PlacementService(
+            self.pool,
+            self.ledger,
+            make_placement(pl.policy, pl.theta_cons),
+            ReassignmentRule(
+                ReassignmentConfig(
+                    enabled=pl.reassign, interval_requests=pl.reassign_interval_requests, rho=pl.rho
+                )
+            ),
+            self.metrics,
+        )
+        self.agents = AgentService(
+            self.ledger,
+            self.pool,
+            self.admission,
+            self.metrics,
+            secret=secret,
+            idle_expiry_s=config.idle_expiry_s,
+            default_slo_tok_s=config.slo_tok_s,
+            records=records,
+            clock=clock,
+            wall_clock=wall_clock,
+        )
+        self.metrics.attach_state(self.gauges)
+
+    def gauges(self) -> list[InstanceGauges]:
+        now = self.clock()
+        return [
+            InstanceGauges(
+                name=i.name,
+                usage_tokens=self.ledger.usage_tokens(i.name),
+                capacity_tokens=i.capacity_tokens,
+                ongoing=len(self.ledger.ongoing_ids(i.name)),
+                pending=len(self.admission.queues.get(i.name, ())),
+                healthy=i.healthy,
+                draining=i.draining,
+                daemon_fresh=i.daemon_fresh(now),
+            )
+            for i in self.pool
+        ]
+
+    def instances_json(self) -> list[dict[str, object]]:
+        return [
+            i.to_json(
+                self.ledger.usage_tokens(i.name),
+                len(self.ledger.ongoing_ids(i.name)),
+                len(self.admission.queues.get(i.name, ())),
+            )
+            for i in self.pool
+        ]
+
+    # -- instance membership and health -------------------------------------------------
+
+    def add_instance(self, name: str, url: str) -> Instance:
+        inst = self.pool.add(*parse_backend(f"{name}={url}", len(self.pool)))
+        log.info("instance_added", instance=name, url=inst.base_url)
+        return inst
+
+    def remove_instance(self, name: str) -> None:
+        inst = self.pool.resolve(name)
+        self.pool.remove(inst.name)
+        self.evacuate(inst.name, ongoing_too=True, reason="removed")
+        log.info("instance_removed", instance=inst.name)
+
+    def set_draining(self, name: str, draining: bool) -> Instance:
+        inst = self.pool.resolve(name)
+        inst.draining = draining
+        if draining:
+            self.evacuate(inst.name, ongoing_too=False, reason="draining")
+        log.info("instance_draining", instance=inst.name, draining=draining)
+        return inst
+
+    def mark_health(self, inst: Instance, ok: bool) -> None:
+        """Apply one health observation (active check or a failed proxy attempt)."""
+        if ok:
+            inst.consecutive_failures = 0
+            if not inst.healthy:
+                inst.healthy = True
+                log.info("instance_healthy", instance=inst.name)
+                self.admission.pump(inst)
+            return
+        inst.consecutive_failures += 1
+        limit = self.config.timeouts.unhealthy_after_failures
+        if inst.healthy and inst.consecutive_failures >= limit:
+            inst.healthy = False
+            log.warning("instance_unhealthy", instance=inst.name)
+            self.evacuate(inst.name, ongoing_too=True, reason="failover")
+
+    def evacuate(self, name: str, *, ongoing_too: bool, reason: str) -> None:
+        """Move agents off instance ``name``: held ones keep their arrival order."""
+        q = self.admission.queues.pop(name, None)
+        held = q.take_all() if q else []
+        if ongoing_too:
+            for agent_id in sorted(self.ledger.ongoing_ids(name)):
+                agent = self.ledger.get(agent_id)
+                if agent is not None:
+                    self._move_ongoing(agent, name, reason)
+        targets: set[str] = set()
+        for agent_id, item in held:
+            agent = self.ledger.get(agent_id)
+            if agent is None:
+                continue
+            try:
+                target = self.placement.choose(agent, exclude={name})
+            except NoBackendError as exc:
+                agent.instance = None
+                if not item.future.done():
+                    item.future.set_exception(exc)
+                continue
+            agent.instance = target.name
+            self.admission.queue(target.name).adopt(agent_id, item)
+            targets.add(target.name)
+        for target_name in targets:
+            inst = self.pool.get(target_name)
+            if inst is not None:
+                self.admission.pump(inst)
+
+    def _move_ongoing(self, agent: Agent, source: str, reason: str) -> None:
+        try:
+            target = self.placement.choose(agent, exclude={source})
+        except NoBackendError:
+            self.ledger.forget_instance(source)
+            return
+        self.ledger.set_ongoing(agent, target.name)
+        self.metrics.reassignments.labels(source, target.name, reason).inc()
+
+    # -- persistence ----------------------------------------------------------------------
+
+    async def restore(self) -> int:
+        """Reload persisted agents (assignments survive a restart)."""
+        if self.store is None:
+            return 0
+        now, now_unix = self.clock(), self.wall_clock()
+        count = 0
+        for row in await self.store.load():
+            try:
+                agent = Agent.from_row(row, now, now_unix)
+            except (KeyError, TypeError, ValueError):
+                continue
+            if self.pool.get(agent.instance) is None:
+                agent.instance, agent.admitted = None, False
+            agent.admitted = agent.admitted and agent.instance is not None
+            self.ledger.add(agent)
+            count += 1
+        self.ledger.dirty.clear()
+        return count
+
+    async def persist(self) -> None:
+        """Write dirty agents and deletions (called periodically and at shutdown)."""
+        if self.store is None:
+            self.ledger.dirty.clear()
+            self.ledger.deleted.clear()
+            return
+        now, now_unix = self.clock(), self.wall_clock()
+        rows = []
+        for agent_id in list(self.ledger.dirty):
+            agent = self.ledger.get(agent_id)
+            if agent is not None and not agent.ephemeral:
+                rows.append(agent.to_row(now, now_unix))
+        deleted = list(self.ledger.deleted)
+        self.ledger.dirty.clear()
+        self.ledger.deleted.clear()
+        await self.store.write(rows, deleted)

@@ -1,0 +1,93 @@
+"""The error hierarchy of the router.
+
+Every error that reaches a client is translated into an OpenAI-style error body
+at the edge (:mod:`router.openai_errors`); nothing below the HTTP layer knows
+about status codes except through :attr:`RouterError.status`.
+"""
+
+from __future__ import annotations
+
+
+class RouterError(Exception):
+    """Base class; ``status``/``code`` are what the client sees."""
+
+    status: int = 500
+    code: str = "internal_error"
+    err_type: str = "server_error"
+
+    def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+class BadRequestError(RouterError):
+    status = 400
+    code = "invalid_request"
+    err_type = "invalid_request_error"
+
+
+class AuthenticationError(RouterError):
+    status = 401
+    code = "invalid_api_key"
+    err_type = "authentication_error"
+
+
+class ForbiddenError(RouterError):
+    status = 403
+    code = "forbidden"
+    err_type = "permission_error"
+
+
+class NotFoundError(RouterError):
+    status = 404
+    code = "not_found"
+    err_type = "invalid_request_error"
+
+
+class BodyTooLargeError(RouterError):
+    status = 413
+    code = "request_too_large"
+    err_type = "invalid_request_error"
+
+
+class HoldQueueFullError(RouterError):
+    """The instance's admission queue is at its bound (429 + Retry-After)."""
+
+    status = 429
+    code = "admission_queue_full"
+    err_type = "rate_limit_error"
+
+
+class HoldTimeoutError(RouterError):
+    """An agent waited longer than the hold bound (503 + Retry-After)."""
+
+    status = 503
+    code = "admission_timeout"
+    err_type = "server_error"
+
+
+class NoBackendError(RouterError):
+    """No healthy, non-draining instance can serve the request."""
+
+    status = 503
+    code = "no_healthy_backend"
+    err_type = "server_error"
+
+
+class UpstreamError(RouterError):
+    """Every attempt to reach a backend failed before the first byte."""
+
+    status = 502
+    code = "upstream_unavailable"
+    err_type = "server_error"
+
+
+class UpstreamTimeoutError(RouterError):
+    status = 504
+    code = "upstream_timeout"
+    err_type = "server_error"
+
+
+class StateStoreError(RouterError):
+    """The SQLite state store cannot be opened or written."""

@@ -1,0 +1,87 @@
+"""Active health checks and capacity discovery for every instance.
+
+Each round GETs ``/health`` of every instance concurrently (bounded by
+``health_timeout_s``); ``unhealthy_after_failures`` consecutive failures mark an
+instance unhealthy and its agents are moved (:meth:`RouterCore.mark_health`). One
+success marks it healthy again. ``/metrics`` is scraped when the capacity is not
+known yet and every ``metrics_interval_s`` after that, for ``U_max`` from
+``vllm:cache_config_info`` (parsed by :mod:`kairos_common.vllm_metrics`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import aiohttp
+import structlog
+
+from kairos_common.vllm_metrics import MetricsParseError, parse_vllm_metrics
+from router.core import RouterCore
+from router.instances import Instance
+
+log = structlog.get_logger("kairos.router.health")
+
+
+class HealthChecker:
+    def __init__(self, core: RouterCore, session: Callable[[], aiohttp.ClientSession]) -> None:
+        self.core = core
+        self._session = session
+        t = core.config.timeouts
+        self._timeout = aiohttp.ClientTimeout(total=t.health_timeout_s)
+        self._last_metrics_s: dict[str, float] = {}
+
+    async def check_once(self) -> None:
+        """One round over all instances (also what tests call instead of waiting)."""
+        await asyncio.gather(*(self._check(inst) for inst in self.core.pool))
+
+    async def _check(self, inst: Instance) -> None:
+        ok = False
+        try:
+            async with self._session().get(inst.base_url + "/health", timeout=self._timeout) as r:
+                ok = r.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            ok = False
+        if self.core.pool.get(inst.name) is not inst:
+            return  # removed while we were checking
+        self.core.mark_health(inst, ok)
+        if ok and self._metrics_due(inst):
+            await self.scrape_metrics(inst)
+
+    def _metrics_due(self, inst: Instance) -> bool:
+        if inst.metrics_capacity_tokens is None and inst.metrics_enabled is not False:
+            return True
+        last = self._last_metrics_s.get(inst.name)
+        interval = self.core.config.timeouts.metrics_interval_s
+        return last is None or self.core.clock() - last >= interval
+
+    async def scrape_metrics(self, inst: Instance) -> None:
+        """Learn ``U_max`` from the backend's ``/metrics``; absence is logged once."""
+        self._last_metrics_s[inst.name] = self.core.clock()
+        try:
+            async with self._session().get(inst.base_url + "/metrics", timeout=self._timeout) as r:
+                if r.status != 200:
+                    return
+                text = await r.text()
+            parsed = parse_vllm_metrics(text)
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError, MetricsParseError) as exc:
+            log.warning("metrics_scrape_failed", instance=inst.name, error=str(exc))
+            return
+        if not parsed.metrics_enabled and inst.metrics_enabled is not False:
+            log.warning(
+                "vllm_metrics_disabled",
+                instance=inst.name,
+                hint="vLLM runs with --disable-log-stats; set admission.capacity_tokens",
+            )
+        inst.metrics_enabled = parsed.metrics_enabled
+        learned = parsed.capacity_tokens
+        if learned and learned != inst.metrics_capacity_tokens:
+            inst.metrics_capacity_tokens = learned
+            log.info("instance_capacity", instance=inst.name, capacity_tokens=learned)
+            self.core.admission.pump(inst)
+
+    async def run(self) -> None:
+        interval = self.core.config.timeouts.health_interval_s
+        while True:
+            await self.check_once()
+            await asyncio.sleep(interval)

@@ -1,0 +1,136 @@
+"""Agent identity of an inference request, and the headers forwarded upstream.
+
+Identity comes from (highest priority first) the explicit identity header
+(``X-Kairos-Agent: kairos1.<id>.<sig>``), ``Authorization: Bearer <key>``, or
+``x-api-key: <key>`` in the :mod:`kairos_common.identity` key format. The user's
+real key is recovered from the key and is the only credential forwarded; the
+identity part and the identity header never reach a backend.
+
+Requests without an identity: with ``anonymous = "one-turn"`` (default) each
+request is its own one-turn agent; with ``anonymous = "api-key"`` requests are
+grouped into one agent per API key (id ``key-<sha256 prefix>``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kairos_common.errors import IdentityError
+from kairos_common.identity import ParsedKey, parse_key, parse_token, verify
+from router.errors import AuthenticationError
+
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "accept-encoding",
+        "authorization",
+        "x-api-key",
+        "x-request-id",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """``agent_id`` None means anonymous (a one-turn agent is made for it)."""
+
+    agent_id: str | None
+    bearer_key: str | None
+    x_api_key: str | None
+    source: str
+
+
+_VERIFIED_MAX = 65_536
+
+
+class IdentityResolver:
+    """Extracts identities under one signing secret, memoising verified keys: an agent
+    sends the same key on every turn, so the HMAC runs once per key, not per request."""
+
+    def __init__(self, secret: bytes | None, identity_header: str, anonymous: str) -> None:
+        self.secret = secret
+        self.identity_header = identity_header
+        self.anonymous = anonymous
+        self._verified: dict[str, ParsedKey] = {}
+
+    def _parse_verified(self, key: str) -> ParsedKey:
+        parsed = self._verified.get(key)
+        if parsed is not None:
+            return parsed
+        try:
+            parsed = parse_key(key)
+            verify(parsed, self.secret)
+        except IdentityError as exc:
+            raise AuthenticationError(f"invalid Kairos agent identity: {exc}") from None
+        if parsed.agent_id is not None:
+            if len(self._verified) >= _VERIFIED_MAX:
+                self._verified.clear()
+            self._verified[key] = parsed
+        return parsed
+
+    def _explicit(self, value: str) -> str:
+        """The agent id from the explicit header (a token; a bare id only when unsigned)."""
+        if self.secret is None and "." not in value:
+            value = f"kairos1.{value}.-"
+        try:
+            parse_token(value)
+        except IdentityError as exc:
+            raise AuthenticationError(f"invalid Kairos agent identity header: {exc}") from None
+        agent_id = self._parse_verified(value).agent_id
+        assert agent_id is not None
+        return agent_id
+
+    def resolve(self, headers: Mapping[str, str]) -> Identity:
+        """Extract identity and real keys; raises 401 on a forged or malformed identity."""
+        agent_id: str | None = None
+        source = "anonymous"
+        bearer: str | None = None
+        auth = headers.get("Authorization")
+        if auth is not None:
+            scheme, _, key = auth.partition(" ")
+            if scheme.lower() == "bearer" and key:
+                parsed = self._parse_verified(key.strip())
+                bearer = parsed.real_key
+                if parsed.agent_id:
+                    agent_id, source = parsed.agent_id, "authorization"
+        x_key: str | None = None
+        raw_x = headers.get("x-api-key")
+        if raw_x:
+            parsed = self._parse_verified(raw_x.strip())
+            x_key = parsed.real_key
+            if parsed.agent_id and agent_id is None:
+                agent_id, source = parsed.agent_id, "x-api-key"
+        explicit = headers.get(self.identity_header)
+        if explicit:
+            agent_id, source = self._explicit(explicit.strip()), "header"
+        if agent_id is None and self.anonymous == "api-key" and (bearer or x_key):
+            digest = hashlib.sha256((bearer or x_key or "").encode()).hexdigest()[:24]
+            agent_id, source = f"key-{digest}", "api-key"
+        return Identity(agent_id=agent_id, bearer_key=bearer, x_api_key=x_key, source=source)
+
+
+def upstream_headers(
+    headers: Mapping[str, str], identity: Identity, identity_header: str, request_id: str
+) -> dict[str, str]:
+    """Request headers for the backend: hop-by-hop and identity removed, real key set."""
+    drop = identity_header.lower()
+    out = {k: v for k, v in headers.items() if (lk := k.lower()) not in _HOP_BY_HOP and lk != drop}
+    if identity.bearer_key:
+        out["Authorization"] = f"Bearer {identity.bearer_key}"
+    if identity.x_api_key:
+        out["x-api-key"] = identity.x_api_key
+    out["X-Request-Id"] = request_id
+    out["Accept-Encoding"] = "identity"
+    return out

@@ -1,0 +1,127 @@
+"""The pool of vLLM instances the router fronts, with their health and control state.
+
+An instance is *eligible* for new work when it is healthy and not draining; the
+placement policies only ever see eligible instances. Capacity ``U_max`` comes
+from (in order of preference) the instance's daemon decision, the backend's
+``/metrics`` (``vllm:cache_config_info``), or the configured fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from router.errors import BadRequestError, NotFoundError
+
+
+@dataclass(slots=True)
+class Instance:
+    """One vLLM serving instance (one GPU or one TP group)."""
+
+    name: str
+    base_url: str
+    index: int
+    healthy: bool = True
+    draining: bool = False
+    consecutive_failures: int = 0
+    metrics_capacity_tokens: int | None = None
+    daemon_capacity_tokens: int | None = None
+    config_capacity_tokens: int | None = None
+    metrics_enabled: bool | None = None
+    decision_key: tuple[float, int] | None = None
+    decision_valid_until_s: float = 0.0
+    decision_defer: bool = False
+    daemon_id: str | None = None
+    clock_mhz: int | None = None
+    boost: bool = False
+
+    @property
+    def eligible(self) -> bool:
+        return self.healthy and not self.draining
+
+    @property
+    def capacity_tokens(self) -> int | None:
+        """``U_max``: daemon's value, else vLLM's metrics, else the configured one."""
+        return (
+            self.daemon_capacity_tokens
+            or self.metrics_capacity_tokens
+            or (self.config_capacity_tokens)
+        )
+
+    @property
+    def host_port(self) -> str:
+        return urlsplit(self.base_url).netloc
+
+    def daemon_fresh(self, now_s: float) -> bool:
+        """True while the daemon's latest decision is within its validity window."""
+        return self.decision_key is not None and now_s < self.decision_valid_until_s
+
+    def to_json(self, usage_tokens: int, ongoing: int, pending: int) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "url": self.base_url,
+            "index": self.index,
+            "healthy": self.healthy,
+            "draining": self.draining,
+            "usage_tokens": usage_tokens,
+            "capacity_tokens": self.capacity_tokens,
+            "ongoing": ongoing,
+            "pending": pending,
+            "daemon_id": self.daemon_id,
+            "clock_mhz": self.clock_mhz,
+            "boost": self.boost,
+            "defer_admissions": self.decision_defer,
+        }
+
+
+class InstancePool:
+    """Instances by name, in index order (Algorithm 2 consolidates onto low indices)."""
+
+    def __init__(self, default_capacity_tokens: int | None = None) -> None:
+        self._by_name: dict[str, Instance] = {}
+        self._next_index = 0
+        self.default_capacity_tokens = default_capacity_tokens
+
+    def __iter__(self) -> Iterator[Instance]:
+        return iter(list(self._by_name.values()))
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def add(self, name: str, base_url: str) -> Instance:
+        if name in self._by_name:
+            raise BadRequestError(f"instance {name!r} already exists")
+        if any(i.base_url == base_url for i in self._by_name.values()):
+            raise BadRequestError(f"an instance with URL {base_url} already exists")
+        inst = Instance(
+            name=name,
+            base_url=base_url,
+            index=self._next_index,
+            config_capacity_tokens=self.default_capacity_tokens,
+        )
+        self._next_index += 1
+        self._by_name[name] = inst
+        return inst
+
+    def remove(self, name: str) -> Instance:
+        inst = self._by_name.pop(name, None)
+        if inst is None:
+            raise NotFoundError(f"no instance named {name!r}")
+        return inst
+
+    def get(self, name: str | None) -> Instance | None:
+        return self._by_name.get(name) if name is not None else None
+
+    def resolve(self, name: str) -> Instance:
+        """By name, or by ``host:port`` of its URL (what a daemon knows from ``--vllm-url``)."""
+        inst = self._by_name.get(name)
+        if inst is not None:
+            return inst
+        for candidate in self._by_name.values():
+            if candidate.host_port == name:
+                return candidate
+        raise NotFoundError(f"no instance named {name!r}")
+
+    def eligible(self) -> list[Instance]:
+        return [i for i in self._by_name.values() if i.eligible]

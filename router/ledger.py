@@ -1,0 +1,206 @@
+"""The per-agent ledger: what the router knows about every live agent.
+
+``C_a`` (``context_tokens``) is prompt + completion tokens of the agent's latest
+completed request (paper Eq. 6); ``decode_tokens`` and ``llm_time_s`` are the Eq. 3
+sums (latency from arrival at the router to the last byte, including time held
+pending). Per-instance membership sets make ``U_i = Σ_{a ongoing on i} C_a`` a
+sum over that instance's agents only.
+
+The ledger is plain in-memory state owned by the event loop: no locks, no I/O.
+Persistence (:mod:`router.store`) copies dirty agents off the loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from controllers.types import AgentView
+
+
+@dataclass(slots=True)
+class Agent:
+    """One agent. Times ending in ``_s`` are on the router's monotonic clock,
+    ``_unix_s`` on the wall clock (persisted)."""
+
+    agent_id: str
+    arrival_s: float
+    start_unix_s: float
+    parent_id: str | None = None
+    name: str | None = None
+    slo_tok_s: float | None = None
+    ephemeral: bool = False
+    instance: str | None = None
+    admitted: bool = False
+    waiting_since_s: float | None = None
+    context_tokens: int | None = None
+    context_estimated: bool = False
+    estimated_context_tokens: int | None = None
+    max_context_tokens: int = 0
+    prompt_tokens: int = 0
+    decode_tokens: int = 0
+    llm_time_s: float = 0.0
+    pending_s: float = 0.0
+    turns: int = 0
+    estimated_turns: int = 0
+    steps_since_assign: int = 0
+    in_flight: int = 0
+    last_seen_s: float = 0.0
+    instances: list[str] = field(default_factory=list)
+
+    @property
+    def throughput_tok_s(self) -> float | None:
+        """Eq. 3: Σ decode tokens / Σ request latency (None without history)."""
+        if self.turns <= 0 or self.llm_time_s <= 0.0:
+            return None
+        return self.decode_tokens / self.llm_time_s
+
+    def to_row(self, now_s: float, now_unix_s: float) -> dict[str, Any]:
+        """JSON-able persistent form (monotonic times become ages)."""
+        row = {name: getattr(self, name) for name in _PERSISTED}
+        row["instances"] = list(self.instances)
+        row["idle_for_s"] = max(0.0, now_s - self.last_seen_s)
+        return row
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], now_s: float, now_unix_s: float) -> Agent:
+        """Rebuild from :meth:`to_row` output after a restart."""
+        data = dict(row)
+        idle = float(data.pop("idle_for_s", 0.0))
+        known = set(cls.__dataclass_fields__)
+        data = {k: v for k, v in data.items() if k in known}
+        agent = cls(arrival_s=now_s - max(0.0, now_unix_s - data["start_unix_s"]), **data)
+        agent.last_seen_s = now_s - idle
+        return agent
+
+
+_TRANSIENT = frozenset({"arrival_s", "last_seen_s", "in_flight", "waiting_since_s"})
+_PERSISTED = tuple(f for f in Agent.__dataclass_fields__ if f not in _TRANSIENT)
+
+
+class Ledger:
+    """All live agents plus, per instance, the ids of its ongoing (admitted) agents."""
+
+    def __init__(self, new_agent_context_tokens: int, clock: Callable[[], float]) -> None:
+        self.placeholder_tokens = new_agent_context_tokens
+        self.clock = clock
+        self.agents: dict[str, Agent] = {}
+        self._ongoing: dict[str, set[str]] = {}
+        self.dirty: set[str] = set()
+        self.deleted: set[str] = set()
+
+    def __len__(self) -> int:
+        return len(self.agents)
+
+    def __iter__(self) -> Iterator[Agent]:
+        return iter(list(self.agents.values()))
+
+    def get(self, agent_id: str) -> Agent | None:
+        return self.agents.get(agent_id)
+
+    def add(self, agent: Agent) -> Agent:
+        self.agents[agent.agent_id] = agent
+        self.deleted.discard(agent.agent_id)
+        if agent.instance is not None and agent.admitted:
+            self._ongoing.setdefault(agent.instance, set()).add(agent.agent_id)
+        self.touch(agent)
+        return agent
+
+    def remove(self, agent_id: str) -> Agent | None:
+        agent = self.agents.pop(agent_id, None)
+        if agent is not None and agent.instance is not None:
+            self._ongoing.get(agent.instance, set()).discard(agent_id)
+        self.dirty.discard(agent_id)
+        if agent is not None and not agent.ephemeral:
+            self.deleted.add(agent_id)
+        return agent
+
+    def touch(self, agent: Agent) -> None:
+        """Mark for persistence (ephemeral one-turn agents are never persisted)."""
+        if not agent.ephemeral:
+            self.dirty.add(agent.agent_id)
+
+    def context_of(self, agent: Agent) -> int:
+        """``C_a``, else the held prompt's estimate, else the placeholder (KairosConfig)."""
+        if agent.context_tokens is not None:
+            return agent.context_tokens
+        if agent.estimated_context_tokens is not None:
+            return agent.estimated_context_tokens
+        return self.placeholder_tokens
+
+    def ongoing_ids(self, instance: str) -> set[str]:
+        return self._ongoing.get(instance, set())
+
+    def usage_tokens(self, instance: str) -> int:
+        """``U_i``: Σ C_a over the instance's ongoing agents."""
+        agents = self.agents
+        return sum(self.context_of(agents[a]) for a in self._ongoing.get(instance, ()))
+
+    def set_ongoing(self, agent: Agent, instance: str) -> None:
+        """Agent becomes ongoing on ``instance`` (admission or reassignment)."""
+        if agent.instance is not None:
+            self._ongoing.get(agent.instance, set()).discard(agent.agent_id)
+        agent.instance = instance
+        agent.admitted = True
+        agent.waiting_since_s = None
+        self._ongoing.setdefault(instance, set()).add(agent.agent_id)
+        if not agent.instances or agent.instances[-1] != instance:
+            agent.instances.append(instance)
+        self.touch(agent)
+
+    def set_pending(self, agent: Agent, instance: str, now_s: float) -> None:
+        """Agent is placed on ``instance`` but waits in its hold queue."""
+        if agent.instance is not None:
+            self._ongoing.get(agent.instance, set()).discard(agent.agent_id)
+        agent.instance = instance
+        agent.admitted = False
+        if agent.waiting_since_s is None:
+            agent.waiting_since_s = now_s
+        self.touch(agent)
+
+    def forget_instance(self, instance: str) -> list[Agent]:
+        """Detach every agent from a removed/dead instance; returns them."""
+        self._ongoing.pop(instance, None)
+        moved = [a for a in self.agents.values() if a.instance == instance]
+        for agent in moved:
+            agent.instance = None
+            agent.admitted = False
+            self.touch(agent)
+        return moved
+
+    def view(self, agent: Agent) -> AgentView:
+        """The controllers' view of an agent (wire format for kairosd)."""
+        return AgentView(
+            agent_id=agent.agent_id,
+            arrival_s=agent.arrival_s,
+            context_tokens=agent.context_tokens,
+            estimated_context_tokens=agent.estimated_context_tokens,
+            decode_tokens=agent.decode_tokens,
+            llm_time_s=agent.llm_time_s,
+            completed_steps=agent.turns,
+            waiting_since_s=agent.waiting_since_s,
+        )
+
+    def record_completion(
+        self,
+        agent: Agent,
+        *,
+        prompt_tokens: int,
+        completion_tokens: int,
+        latency_s: float,
+        estimated: bool,
+    ) -> None:
+        """One request finished: update ``C_a`` and the Eq. 3 sums."""
+        context = prompt_tokens + completion_tokens
+        agent.context_tokens = context
+        agent.context_estimated = estimated
+        agent.estimated_context_tokens = None
+        agent.max_context_tokens = max(agent.max_context_tokens, context)
+        agent.prompt_tokens += prompt_tokens
+        agent.decode_tokens += completion_tokens
+        agent.llm_time_s += latency_s
+        agent.turns += 1
+        if estimated:
+            agent.estimated_turns += 1
+        self.touch(agent)

@@ -1,0 +1,334 @@
+"""The inference hot path: identity → placement → admission → upstream → ledger.
+
+Kept lean on purpose (the router's added latency is a published number): one
+JSON parse of the request, no re-serialisation unless usage has to be injected,
+per-route metric children bound once, complete SSE events forwarded as they
+arrive.
+
+Retry policy: connect errors and 5xx responses *before any byte reached the
+client* are retried on another eligible instance (``max_attempts`` in all; the
+agent moves with the retry). After the first byte, an upstream failure is sent
+to the client in the protocol's error form and the stream ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import structlog
+from aiohttp import web
+
+from router.core import RouterCore
+from router.errors import (
+    BadRequestError,
+    BodyTooLargeError,
+    RouterError,
+    UpstreamError,
+    UpstreamTimeoutError,
+)
+from router.identity_mw import IdentityResolver, upstream_headers
+from router.ledger import Agent
+from router.openai_errors import from_router_error, sse_error_event
+from router.streaming import SseUsageFilter, Usage, usage_from_body
+
+log = structlog.get_logger("kairos.router.proxy")
+
+ROUTES = {
+    "/v1/chat/completions": "chat",
+    "/v1/completions": "completions",
+    "/v1/responses": "responses",
+    "/v1/messages": "messages",
+}
+_USAGE_INJECTABLE = frozenset({"chat", "completions"})
+_DROP_RESPONSE = frozenset(
+    {"content-length", "transfer-encoding", "connection", "keep-alive", "date", "server",
+     "content-encoding"}
+)  # fmt: skip
+_INJECT_PREFIX = b'{"stream_options":{"include_usage":true},'
+_RESCHEDULE_EVERY_S = 1.0
+_RETRYABLE_CONNECT = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+@dataclass(slots=True)
+class _Outcome:
+    status: int
+    usage: Usage | None
+    estimated_completion: int
+
+
+def _check_body(obj: Any) -> None:
+    if not isinstance(obj, dict):
+        raise BadRequestError("request body must be a JSON object")
+    stream = obj.get("stream")
+    if stream is not None and not isinstance(stream, bool):
+        raise BadRequestError("'stream' must be a boolean")
+    options = obj.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise BadRequestError("'stream_options' must be an object")
+    model = obj.get("model")
+    if model is not None and not isinstance(model, str):
+        raise BadRequestError("'model' must be a string")
+
+
+class Proxy:
+    """aiohttp handlers for the OpenAI/Anthropic inference routes."""
+
+    def __init__(self, core: RouterCore) -> None:
+        self.core = core
+        self._session: aiohttp.ClientSession | None = None
+        cfg = core.config
+        self.timeouts = cfg.timeouts
+        self.max_body = cfg.max_body_bytes
+        # aiohttp's own timers bound connect and every socket read (first byte, body)
+        # without an asyncio.timeout per request; streams add the tighter idle bound.
+        self._upstream_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=cfg.timeouts.connect_s, sock_read=cfg.timeouts.first_byte_s
+        )
+        m = core.metrics
+        self.identity = IdentityResolver(
+            core.secret, core.config.identity_header, core.config.anonymous
+        )
+        self._request_prefix = f"kr-{uuid.uuid4().hex[:12]}"
+        self._request_seq = 0
+        self._overhead = {r: m.overhead.labels(r) for r in ROUTES.values()}
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        """The upstream client session (opened at app start-up)."""
+        if self._session is None:
+            raise RuntimeError("router proxy used before start-up")
+        return self._session
+
+    @session.setter
+    def session(self, session: aiohttp.ClientSession | None) -> None:
+        self._session = session
+
+    async def _read_json(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
+        if request.content_length is not None and request.content_length > self.max_body:
+            raise BodyTooLargeError(f"request body exceeds {self.max_body} bytes")
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise BodyTooLargeError(f"request body exceeds {self.max_body} bytes") from None
+        try:
+            obj = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadRequestError(f"request body is not valid JSON: {exc}") from None
+        _check_body(obj)
+        return body, obj
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        route = ROUTES[request.path]
+        anthropic = route == "messages"
+        request_id = request.headers.get("X-Request-Id")
+        if not request_id:
+            self._request_seq += 1
+            request_id = f"{self._request_prefix}-{self._request_seq}"
+        try:
+            return await self._handle(request, route, request_id)
+        except RouterError as exc:
+            self.core.metrics.errors.labels(route, exc.code).inc()
+            self.core.metrics.requests.labels(route, str(exc.status)).inc()
+            return from_router_error(exc, anthropic=anthropic, request_id=request_id)
+
+    async def _handle(
+        self, request: web.Request, route: str, request_id: str
+    ) -> web.StreamResponse:
+        core = self.core
+        t0 = core.clock()
+        body, obj = await self._read_json(request)
+        cfg = core.config
+        ident = self.identity.resolve(request.headers)
+        stream = obj.get("stream") is True
+        inject = False
+        if stream and route in _USAGE_INJECTABLE:
+            options = obj.get("stream_options")
+            if "stream_options" not in obj and body.lstrip().startswith(b"{"):
+                body = _INJECT_PREFIX + body.lstrip()[1:]  # splice, no re-serialisation
+                inject = True
+            elif not (options or {}).get("include_usage"):
+                obj["stream_options"] = {**(options or {}), "include_usage": True}
+                body = json.dumps(obj).encode()
+                inject = True
+        agent = core.agents.for_request(ident.agent_id)
+        agent.in_flight += 1
+        agent.last_seen_s = t0
+        try:
+            self._place(agent)
+            if agent.context_tokens is None:
+                agent.estimated_context_tokens = len(body) // 4
+            held_s = 0.0 if agent.admitted else await core.admission.wait_admitted(agent)
+            headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
+            self._overhead[route].observe(core.clock() - t0 - held_s)
+            resp, outcome = await self._forward(request, agent, body, headers, inject)
+            self._account(agent, route, stream, t0, held_s, len(body), outcome)
+            return resp
+        finally:
+            agent.in_flight -= 1
+            agent.last_seen_s = core.clock()
+            if agent.ephemeral:
+                core.agents.finish(agent, reason="one-turn")
+
+    def _place(self, agent: Agent) -> None:
+        core = self.core
+        inst = core.pool.get(agent.instance)
+        if inst is not None and inst.eligible:
+            core.placement.maybe_reassign(agent)
+            return
+        was_admitted = agent.admitted and inst is not None
+        target = core.placement.choose(agent)
+        if was_admitted:
+            core.ledger.set_ongoing(agent, target.name)
+        else:
+            agent.instance = target.name
+            agent.admitted = False
+
+    async def _forward(
+        self,
+        request: web.Request,
+        agent: Agent,
+        body: bytes,
+        headers: dict[str, str],
+        inject: bool,
+    ) -> tuple[web.StreamResponse, _Outcome]:
+        core = self.core
+        tried: set[str] = set()
+        last_error = "no attempt"
+        attempts = core.config.max_attempts
+        for attempt in range(attempts):
+            inst = core.pool.get(agent.instance)
+            if inst is None:
+                break
+            tried.add(inst.name)
+            t_sent = core.clock()
+            try:
+                resp = await self.session.request(
+                    request.method, inst.base_url + request.path_qs, data=body,
+                    headers=headers, timeout=self._upstream_timeout,
+                )  # fmt: skip
+            except aiohttp.SocketTimeoutError:
+                raise UpstreamTimeoutError(
+                    f"instance {inst.name} sent no response within {self.timeouts.first_byte_s}s"
+                ) from None
+            except _RETRYABLE_CONNECT as exc:
+                last_error = type(exc).__name__
+                core.mark_health(inst, ok=False)
+                if attempt + 1 < attempts:
+                    self._retry_move(agent, inst.name, "connect", tried)
+                continue
+            core.metrics.child(core.metrics.ttfb, inst.name).observe(core.clock() - t_sent)
+            if resp.status >= 500 and attempt + 1 < attempts:
+                resp.close()
+                last_error = f"HTTP {resp.status}"
+                self._retry_move(agent, inst.name, "http_5xx", tried)
+                continue
+            done = False
+            try:
+                result = await self._relay(request, resp, inject, headers["X-Request-Id"])
+                done = True
+                return result
+            finally:
+                if done:
+                    resp.release()
+                else:
+                    resp.close()
+        raise UpstreamError(f"no backend could serve the request ({last_error})", retry_after_s=2)
+
+    def _retry_move(self, agent: Agent, source: str, reason: str, tried: set[str]) -> None:
+        core = self.core
+        core.metrics.retries.labels(source, reason).inc()
+        try:
+            target = core.placement.choose(agent, exclude=tried)
+        except RouterError:
+            return
+        if agent.admitted:
+            core.ledger.set_ongoing(agent, target.name)
+            core.metrics.reassignments.labels(source, target.name, "retry").inc()
+        else:
+            agent.instance = target.name
+        log.info("upstream_retry", agent=agent.agent_id, source=source, target=target.name,
+                 reason=reason)  # fmt: skip
+
+    async def _relay(
+        self, request: web.Request, resp: aiohttp.ClientResponse, inject: bool, request_id: str
+    ) -> tuple[web.StreamResponse, _Outcome]:
+        headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
+        if "X-Request-Id" not in resp.headers:
+            headers["X-Request-Id"] = request_id
+        idle_s = self.timeouts.idle_stream_s
+        if not resp.content_type.startswith("text/event-stream"):
+            try:
+                data = await resp.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                raise UpstreamError(f"upstream body failed: {type(exc).__name__}") from None
+            usage = usage_from_body(data) if resp.status == 200 else None
+            out = web.Response(status=resp.status, body=data, headers=headers)
+            return out, _Outcome(resp.status, usage, max(1, len(data) // 8))
+        out_stream = web.StreamResponse(status=resp.status, headers=headers)
+        await out_stream.prepare(request)
+        filt = SseUsageFilter(strip_usage_event=inject)
+        loop = asyncio.get_running_loop()
+        read = resp.content.readany
+        next_reschedule = loop.time() + _RESCHEDULE_EVERY_S
+        try:
+            async with asyncio.timeout(idle_s) as idle:
+                while chunk := await read():
+                    data = filt.feed(chunk)
+                    if data:
+                        await out_stream.write(data)
+                    now = loop.time()
+                    if now >= next_reschedule:  # idle bound exact to within a second
+                        idle.reschedule(now + idle_s)
+                        next_reschedule = now + _RESCHEDULE_EVERY_S
+            rest = filt.flush()
+            if rest:
+                await out_stream.write(rest)
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.warning("upstream_stream_failed", error=type(exc).__name__)
+            anthropic = request.path == "/v1/messages"
+            await out_stream.write(sse_error_event("upstream stream failed", anthropic))
+            await out_stream.write_eof()
+            return out_stream, _Outcome(502, None, 0)
+        except ConnectionResetError:
+            log.info("client_disconnected", path=request.path)
+            return out_stream, _Outcome(499, None, 0)
+        await out_stream.write_eof()
+        usage = filt.usage if filt.usage.complete else None
+        return out_stream, _Outcome(resp.status, usage, filt.estimated_completion_tokens())
+
+    def _account(
+        self, agent: Agent, route: str, stream: bool, t0: float, held_s: float,
+        body_len: int, outcome: _Outcome,
+    ) -> None:  # fmt: skip
+        core = self.core
+        m = core.metrics
+        latency = core.clock() - t0
+        m.child(m.requests, route, str(outcome.status)).inc()
+        m.child(m.latency, route, "true" if stream else "false").observe(latency)
+        if outcome.status != 200:
+            return
+        inst_name = agent.instance or ""
+        usage = outcome.usage
+        estimated = usage is None or not usage.complete
+        if estimated:
+            prompt = body_len // 4
+            completion = outcome.estimated_completion
+            m.usage_estimated.labels(inst_name).inc()
+        else:
+            assert usage is not None
+            prompt = usage.prompt_tokens or 0
+            completion = usage.completion_tokens or 0
+        m.child(m.tokens, inst_name, "prompt").inc(prompt)
+        m.child(m.tokens, inst_name, "completion").inc(completion)
+        core.ledger.record_completion(
+            agent, prompt_tokens=prompt, completion_tokens=completion,
+            latency_s=latency, estimated=estimated,
+        )  # fmt: skip
+        inst = core.pool.get(agent.instance)
+        if inst is not None and len(core.admission.queues.get(inst.name, ())):
+            core.admission.pump(inst)

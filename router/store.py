@@ -1,0 +1,89 @@
+"""Small persistent router state in SQLite (stdlib ``sqlite3``), off the event loop.
+
+What survives a restart: agent rows (identity, parent, assignment, admitted flag,
+counters — see :meth:`router.ledger.Agent.to_row`). Identities themselves survive
+because the signing secret is a file in the same state directory.
+
+All SQLite calls run on one dedicated worker thread (the connection is created
+and used only there), so the event loop never blocks on disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from router.errors import StateStoreError
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS agents (
+    agent_id TEXT PRIMARY KEY,
+    row TEXT NOT NULL
+);
+"""
+
+
+class StateStore:
+    """Agent rows keyed by id; ``save``/``delete`` batch many rows per transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="router-sqlite")
+        self._conn: sqlite3.Connection | None = None
+
+    def _open(self) -> sqlite3.Connection:
+        if self._conn is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                conn = sqlite3.connect(str(self.path), check_same_thread=False)
+                conn.execute("PRAGMA journal_mode=WAL")
+                conn.execute("PRAGMA synchronous=NORMAL")
+                conn.executescript(_SCHEMA)
+            except (sqlite3.Error, OSError) as exc:
+                raise StateStoreError(f"cannot open router state {self.path}: {exc}") from exc
+            self._conn = conn
+        return self._conn
+
+    def _load(self) -> list[dict[str, Any]]:
+        rows = self._open().execute("SELECT row FROM agents").fetchall()
+        out: list[dict[str, Any]] = []
+        for (text,) in rows:
+            try:
+                obj = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("agent_id"), str):
+                out.append(obj)
+        return out
+
+    def _write(self, rows: list[dict[str, Any]], deleted: list[str]) -> None:
+        conn = self._open()
+        try:
+            with conn:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO agents(agent_id, row) VALUES (?, ?)",
+                    [(r["agent_id"], json.dumps(r)) for r in rows],
+                )
+                conn.executemany("DELETE FROM agents WHERE agent_id = ?", [(d,) for d in deleted])
+        except sqlite3.Error as exc:
+            raise StateStoreError(f"cannot write router state {self.path}: {exc}") from exc
+
+    async def load(self) -> list[dict[str, Any]]:
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+
+    async def write(self, rows: list[dict[str, Any]], deleted: list[str]) -> None:
+        if rows or deleted:
+            await asyncio.get_running_loop().run_in_executor(self._pool, self._write, rows, deleted)
+
+    def _close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    async def close(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._close)
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from router.testing import FakeBackend, RunningRouter, start_router
+
+StartRouter = Callable[..., Awaitable[RunningRouter]]
+
+
+@pytest.fixture
+async def backend() -> AsyncIterator[FakeBackend]:
+    fake = FakeBackend()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def backend2() -> AsyncIterator[FakeBackend]:
+    fake = FakeBackend()
+    await fake.start()
+    yield fake
+    await fake.stop()
+
+
+@pytest.fixture
+async def make_router(tmp_path: Path) -> AsyncIterator[StartRouter]:
+    started: list[RunningRouter] = []
+
+    async def make(backends: list[str], state_dir: Path | None = None, **kw: Any) -> RunningRouter:
+        router = await start_router(backends, state_dir or tmp_path / "state", **kw)
+        started.append(router)
+        return router
+
+    yield make
+    for router in started:
+        await router.stop()
+
+
+@pytest.fixture
+async def router(make_router: StartRouter, backend: FakeBackend) -> RunningRouter:
+    return await make_router([backend.url])
+
+
+async def start_agent(url: str, **body: Any) -> str:
+    """Register an agent like id-tracker does; returns its identity token."""
+    import aiohttp
+
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(url + "/kairos/v1/agents", json=body) as resp,
+    ):
+        assert resp.status == 200, await resp.text()
+        return str((await resp.json())["token"])
+
+
+async def control(method: str, url: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
+    """Call a control/admin endpoint; returns (status, JSON body)."""
+    import aiohttp
+
+    async with (
+        aiohttp.ClientSession() as s,
+        s.request(method, url, json=body, **kw) as resp,
+    ):
+        return resp.status, await resp.json(content_type=None)
+
+
+def agent_key(token: str, real_key: str | None = "sk-user") -> str:
+    from kairos_common.identity import compose_key
+
+    return compose_key(token, real_key)
+
+
+CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]

@@ -1,0 +1,228 @@
+"""Admission hold: FIFO release in arrival order, bounds (429/503 + Retry-After),
+kairosd decisions (versioned, idempotent), fast path, and the local fallback."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+
+from kairos_common.wire import AdmissionDecision, InstanceState
+from router.config import AdmissionSettings
+from router.testing import FakeBackend, ManualClock, RunningRouter
+from tests.router.conftest import CHAT, StartRouter, agent_key, control, start_agent
+
+BIG: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "x" * 20_000}
+]  # estimated ≈ 5000 tokens before usage
+
+
+def _client(router: RunningRouter, token: str, real: str = "sk-user") -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(
+        base_url=router.url + "/v1", api_key=agent_key(token, real), max_retries=0
+    )
+
+
+async def _turn(router: RunningRouter, token: str, messages: Any = CHAT, real: str = "sk") -> None:
+    client = _client(router, token, real)
+    try:
+        await client.chat.completions.create(model="fake-model", messages=messages)
+    finally:
+        await client.close()
+
+
+async def _filled(make_router: StartRouter, backend: FakeBackend, **kw: Any) -> RunningRouter:
+    """A router whose only instance (U_max = 10000) is above γ·U_max after agent A's turn."""
+    backend.behaviour.capacity_tokens = 10_000
+    backend.behaviour.prompt_tokens = 9_500
+    router = await make_router([backend.url], **kw)
+    await router.health.check_once()
+    return router
+
+
+def _aid(token: str) -> str:
+    return token.split(".")[1]
+
+
+async def _end(router: RunningRouter, token: str) -> None:
+    status, _ = await control(
+        "POST", f"{router.url}/kairos/v1/agents/{_aid(token)}/end", {"exit_code": 0}
+    )
+    assert status == 200
+
+
+async def test_held_agents_released_in_arrival_order(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    router = await _filled(make_router, backend)
+    adm = router.core.admission
+    a = await start_agent(router.url)
+    await _turn(router, a, real="sk-a")
+    held = {}
+    for name in ("b", "c", "d"):
+        tok = await start_agent(router.url)
+        held[name] = (tok, asyncio.create_task(_turn(router, tok, BIG, real=f"sk-{name}")))
+        n = len(held)
+        await adm.wait_until(lambda n=n: len(adm.queue("i0")) == n)  # type: ignore[misc]
+    assert adm.queue("i0").order() == [_aid(t) for t, _ in held.values()]
+    assert len(backend.received) == 1
+    _, state = await control("GET", router.url + "/kairos/v1/instances/i0/state")
+    assert [p.agent_id for p in InstanceState.from_json(state).pending] == adm.queue("i0").order()
+
+    await _end(router, a)  # frees 9504 tokens: head (≈5000 est.) fits, the next would not
+    await held["b"][1]
+    for name in ("c", "d"):
+        assert not held[name][1].done()
+    _, c_status = await control("GET", f"{router.url}/kairos/v1/agents/{_aid(held['c'][0])}")
+    assert c_status["state"] == "pending" and c_status["queue_position"] == 0
+    await _end(router, held["b"][0])
+    await held["c"][1]
+    assert not held["d"][1].done()
+    await _end(router, held["c"][0])
+    await held["d"][1]
+    keys = [r.headers["Authorization"] for r in backend.received]
+    assert keys == ["Bearer sk-a", "Bearer sk-b", "Bearer sk-c", "Bearer sk-d"]
+    d = router.core.ledger.get(_aid(held["d"][0]))
+    assert d is not None and d.pending_s > 0 and d.llm_time_s >= d.pending_s
+
+
+async def test_queue_full_429_and_timeout_503_with_retry_after(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    settings = AdmissionSettings(max_pending_agents=1, max_wait_s=30.0, retry_after_s=7.0)
+    router = await _filled(make_router, backend, admission=settings)
+    adm = router.core.admission
+    a = await start_agent(router.url)
+    await _turn(router, a)
+    b = await start_agent(router.url)
+    b_task = asyncio.create_task(_turn(router, b))
+    await adm.wait_until(lambda: len(adm.queue("i0")) == 1)
+    c = await start_agent(router.url)
+    body = {"model": "fake-model", "messages": CHAT}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
+            router.url + "/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {agent_key(c)}"},
+        ) as r,
+    ):
+        assert r.status == 429 and r.headers["Retry-After"] == "7"
+        assert (await r.json())["error"]["code"] == "admission_queue_full"
+    b_task.cancel()
+    await asyncio.gather(b_task, return_exceptions=True)
+    await adm.wait_until(lambda: len(adm.queue("i0")) == 0)  # a gone client leaves the queue
+
+    short = AdmissionSettings(max_wait_s=0.05, retry_after_s=3.0)
+    router2 = await _filled(make_router, backend, admission=short, state_dir=None)
+    x = await start_agent(router2.url)
+    await _turn(router2, x)
+    y = await start_agent(router2.url)
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
+            router2.url + "/v1/chat/completions",
+            json=body,
+            headers={"Authorization": f"Bearer {agent_key(y)}"},
+        ) as r,
+    ):
+        assert r.status == 503 and r.headers["Retry-After"] == "3"
+        assert (await r.json())["error"]["code"] == "admission_timeout"
+    assert len(router2.core.admission.queue("i0")) == 0
+
+
+def _decision(epoch: int, admit: tuple[str, ...] = (), start: float = 100.0, **kw: Any) -> Any:
+    return AdmissionDecision(
+        instance="i0",
+        daemon_id="d1",
+        daemon_start_unix_s=start,
+        epoch=epoch,
+        admit=admit,
+        **kw,
+    ).to_json()
+
+
+async def test_daemon_decisions_versioned_and_never_admit_twice(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    router = await _filled(make_router, backend)
+    adm = router.core.admission
+    url = router.url + "/kairos/v1/instances/i0/decision"
+    a = await start_agent(router.url)
+    await _turn(router, a)
+    status, ack = await control("POST", url, _decision(1, valid_for_s=60.0))
+    assert status == 200 and ack["accepted"]
+    b = await start_agent(router.url)
+    b_task = asyncio.create_task(_turn(router, b))
+    await adm.wait_until(lambda: _aid(b) in adm.queue("i0"))
+    await _end(router, a)
+    assert _aid(b) in adm.queue("i0")  # fresh daemon: no local admission, wait for its epoch
+    status, ack = await control("POST", url, _decision(2, (_aid(b),)))
+    assert ack == {"accepted": True, "admitted": [_aid(b)], "reason": ""}
+    await b_task
+    _, dup = await control("POST", url, _decision(2, (_aid(b),)))
+    _, late = await control("POST", url, _decision(1, (_aid(b),)))
+    assert not dup["accepted"] and "duplicate" in dup["reason"]
+    assert not late["accepted"] and "stale" in late["reason"]
+    _, restarted = await control("POST", url, _decision(0, (_aid(b),), start=200.0))
+    assert restarted["accepted"] and restarted["admitted"] == []  # b is not pending: no-op
+    metrics = router.core.metrics.render().decode()
+    assert 'kairos_router_admissions_total{instance="i0",source="daemon"} 1.0' in metrics
+    status, bad = await control("POST", url, {"instance": "i0"})
+    assert status == 400 and "daemon_id" in bad["error"]["message"]
+
+
+async def test_fast_path_and_defer(make_router: StartRouter, backend: FakeBackend) -> None:
+    router = await make_router([backend.url])
+    await router.health.check_once()
+    url = router.url + "/kairos/v1/instances/i0/decision"
+    await control("POST", url, _decision(1, valid_for_s=60.0))
+    a = await start_agent(router.url)
+    await _turn(router, a)  # low load: admitted at once, not an epoch later
+    agent = router.core.ledger.get(_aid(a))
+    assert agent is not None and agent.admitted and agent.pending_s == 0.0
+    await control("POST", url, _decision(2, valid_for_s=60.0, defer_admissions=True))
+    b = await start_agent(router.url)
+    b_task = asyncio.create_task(_turn(router, b))
+    adm = router.core.admission
+    await adm.wait_until(lambda: _aid(b) in adm.queue("i0"))
+    await control("POST", url, _decision(3, (_aid(b),), valid_for_s=60.0))
+    await b_task
+
+
+async def test_stale_daemon_falls_back_to_local_rule(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    clock = ManualClock()
+    router = await _filled(make_router, backend, clock=clock)
+    adm = router.core.admission
+    url = router.url + "/kairos/v1/instances/i0/decision"
+    a = await start_agent(router.url)
+    await _turn(router, a)
+    await control("POST", url, _decision(1, valid_for_s=5.0))
+    b = await start_agent(router.url)
+    b_task = asyncio.create_task(_turn(router, b))
+    await adm.wait_until(lambda: _aid(b) in adm.queue("i0"))
+    await _end(router, a)
+    adm.pump_all()
+    assert _aid(b) in adm.queue("i0")  # daemon still fresh
+    clock.advance(6.0)
+    adm.pump_all()  # what the maintenance loop does each second
+    await b_task
+    metrics = router.core.metrics.render().decode()
+    assert 'kairos_router_admissions_total{instance="i0",source="local"} 1.0' in metrics
+
+
+async def test_runs_without_capacity_admits_everything(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    backend.behaviour.capacity_tokens = None
+    backend.behaviour.prompt_tokens = 10**9
+    router = await make_router([backend.url])
+    await router.health.check_once()
+    for _ in range(3):
+        await _turn(router, await start_agent(router.url))
+    assert len(backend.received) == 3

@@ -1,0 +1,216 @@
+"""Retries before the first byte, error passthrough after it, client disconnects,
+body limit, malformed input, control-plane auth, restart keeping assignments."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from pathlib import Path
+
+import aiohttp
+import openai
+import pytest
+
+from router.testing import FakeBackend, RunningRouter
+from tests.router.conftest import CHAT, StartRouter, agent_key, control, start_agent
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+async def test_5xx_before_first_byte_retried_on_other_instance(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    router = await make_router([backend.url, backend2.url])
+    backend.behaviour.fail_next = 1
+    token = await start_agent(router.url)
+    client = openai.AsyncOpenAI(
+        base_url=router.url + "/v1", api_key=agent_key(token), max_retries=0
+    )
+    out = await client.chat.completions.create(model="fake-model", messages=CHAT, stream=False)
+    assert out.choices[0].message.content == "tok " * 4
+    assert len(backend.received) == 1 and len(backend2.received) == 1
+    agent = router.core.ledger.get(token.split(".")[1])
+    assert agent is not None and agent.instance == "i1"  # the agent moved with the retry
+    await client.close()
+
+
+async def test_connect_error_retried_and_instance_marked(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    router = await make_router([_closed_port_url(), backend.url])
+    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key="sk", max_retries=0)
+    for _ in range(2):
+        stream = await client.chat.completions.create(
+            model="fake-model", messages=CHAT, stream=True
+        )
+        assert "".join([c.choices[0].delta.content or "" async for c in stream]) == "tok " * 4
+    await client.close()
+    assert not router.core.pool.resolve("i0").healthy  # two connect failures in a row
+    text = router.core.metrics.render().decode()
+    assert 'kairos_router_upstream_retries_total{instance="i0",reason="connect"} 2.0' in text
+
+
+async def test_all_instances_failing_returns_openai_error(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    router = await make_router([_closed_port_url()])
+    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key="sk", max_retries=0)
+    with pytest.raises(openai.APIStatusError) as err:
+        await client.chat.completions.create(model="fake-model", messages=CHAT)
+    await client.close()
+    assert err.value.status_code in (502, 503)
+
+
+async def test_error_after_first_byte_passed_in_protocol_form(
+    router: RunningRouter, backend: FakeBackend
+) -> None:
+    backend.behaviour.drop_after_first_byte = True
+    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key="sk", max_retries=0)
+    stream = await client.chat.completions.create(model="fake-model", messages=CHAT, stream=True)
+    with pytest.raises(openai.APIError) as err:
+        _ = [c async for c in stream]
+    await client.close()
+    assert "upstream stream failed" in str(err.value)
+    assert len(backend.received) == 1  # never retried once bytes reached the client
+
+
+async def test_client_disconnect_cancels_upstream(
+    router: RunningRouter, backend: FakeBackend
+) -> None:
+    backend.behaviour.gate = asyncio.Event()  # never opened: the backend holds the request
+    body = {"model": "fake-model", "messages": CHAT, "stream": True}
+
+    async def call() -> None:
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(router.url + "/v1/chat/completions", json=body) as r,
+        ):
+            await r.read()
+
+    task = asyncio.create_task(call())
+    await backend.wait_received(1)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    async with asyncio.timeout(5):
+        await backend.cancelled_event.wait()
+    assert backend.cancelled == 1
+
+
+async def test_body_limit_413(make_router: StartRouter, backend: FakeBackend) -> None:
+    router = await make_router([backend.url], max_body_bytes=4096)
+    big = {"model": "fake-model", "messages": [{"role": "user", "content": "x" * 8000}]}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(router.url + "/v1/chat/completions", json=big) as r,
+    ):
+        assert r.status == 413
+        assert (await r.json())["error"]["code"] == "request_too_large"
+    assert backend.received == []
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "data", "status"),
+    [
+        ("POST", "/v1/chat/completions", b"{not json", 400),
+        ("POST", "/v1/chat/completions", b"[1, 2]", 400),
+        ("POST", "/v1/chat/completions", b'{"model": "m", "stream": "yes"}', 400),
+        ("POST", "/v1/completions", b'{"model": 3}', 400),
+        ("POST", "/v1/chat/completions", b'{"stream": true, "stream_options": 1}', 400),
+        ("GET", "/v1/nope", b"", 404),
+        ("GET", "/v1/chat/completions", b"", 405),
+    ],
+)
+async def test_malformed_input_gets_openai_error_body(
+    router: RunningRouter, backend: FakeBackend, method: str, path: str, data: bytes, status: int
+) -> None:
+    async with aiohttp.ClientSession() as s, s.request(method, router.url + path, data=data) as r:
+        assert r.status == status
+        body = await r.json()
+    assert set(body["error"]) == {"message", "type", "param", "code"}
+    assert "Traceback" not in body["error"]["message"]
+    assert backend.received == []
+
+
+async def test_anthropic_route_errors_in_anthropic_form(router: RunningRouter) -> None:
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(router.url + "/v1/messages", data=b"{oops") as r,
+    ):
+        assert r.status == 400
+        body = await r.json()
+    assert body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+
+
+async def test_control_api_requires_token_when_configured(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    router = await make_router([backend.url], control_token="s3cret")
+    status, body = await control("POST", router.url + "/kairos/v1/agents", {})
+    assert status == 401 and body["error"]["type"] == "authentication_error"
+    status, body = await control(
+        "POST", router.url + "/kairos/v1/agents", {}, headers={"Authorization": "Bearer s3cret"}
+    )
+    assert status == 200 and body["token"].startswith("kairos1.")
+
+
+async def test_restart_keeps_identities_and_assignments(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend, tmp_path: Path
+) -> None:
+    state = tmp_path / "persist"
+    first = await make_router([backend.url, backend2.url], state_dir=state)
+    admin = first.url + "/kairos/v1/admin/instances"
+    a = await start_agent(first.url, name="alpha")
+    b = await start_agent(first.url)
+    client_a = openai.AsyncOpenAI(base_url=first.url + "/v1", api_key=agent_key(a))
+    await client_a.chat.completions.create(model="fake-model", messages=CHAT)
+    await control("POST", admin + "/i0/drain", {"draining": True})
+    client_b = openai.AsyncOpenAI(base_url=first.url + "/v1", api_key=agent_key(b))
+    await client_b.chat.completions.create(model="fake-model", messages=CHAT)
+    await client_a.close()
+    await client_b.close()
+    await first.stop()
+
+    second = await make_router([backend.url, backend2.url], state_dir=state)
+    for token, expected in ((a, "i0"), (b, "i1")):
+        agent = second.core.ledger.get(token.split(".")[1])
+        assert agent is not None and agent.instance == expected and agent.admitted
+        assert agent.turns == 1
+    assert second.core.ledger.get(a.split(".")[1]).name == "alpha"  # type: ignore[union-attr]
+    before = len(backend2.received)
+    client = openai.AsyncOpenAI(base_url=second.url + "/v1", api_key=agent_key(b))
+    await client.chat.completions.create(model="fake-model", messages=CHAT)  # still signed OK
+    await client.close()
+    assert len(backend2.received) == before + 1
+
+
+async def test_first_byte_timeout_gives_504(make_router: StartRouter, backend: FakeBackend) -> None:
+    from router.config import TimeoutSettings
+
+    router = await make_router([backend.url], timeouts=TimeoutSettings(first_byte_s=0.2))
+    backend.behaviour.gate = asyncio.Event()  # the backend never answers
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(router.url + "/v1/completions", json={"model": "m", "prompt": "x"}) as r,
+    ):
+        assert r.status == 504
+        assert (await r.json())["error"]["code"] == "upstream_timeout"
+    assert len(backend.received) == 1  # a timed-out request is not retried elsewhere
+
+
+async def test_idle_stream_timeout_ends_stream_with_error_event(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    from router.config import TimeoutSettings
+
+    router = await make_router([backend.url], timeouts=TimeoutSettings(idle_stream_s=0.2))
+    backend.behaviour.stall_after_first_byte = True
+    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key="sk", max_retries=0)
+    stream = await client.chat.completions.create(model="fake-model", messages=CHAT, stream=True)
+    with pytest.raises(openai.APIError, match="upstream stream failed"):
+        _ = [c async for c in stream]
+    await client.close()
