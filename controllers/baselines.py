@@ -25,6 +25,7 @@ class NoControl:
     """Maximum clock, admit everyone: the paper's "no frequency control"."""
 
     name = "no-control"
+    admission_control = False
 
     def __init__(self, levels: FrequencyLevels, new_agent_context_tokens: int = 3000) -> None:
         self.levels = levels
@@ -44,6 +45,8 @@ class NoControl:
 
 class FixedClock:
     """A locked clock (snapped to the nearest supported level), admit everyone."""
+
+    admission_control = False
 
     def __init__(
         self, levels: FrequencyLevels, clock_mhz: int, new_agent_context_tokens: int = 3000

@@ -76,6 +76,7 @@ class KairosController:
     def __init__(self, levels: FrequencyLevels, config: KairosConfig | None = None) -> None:
         self.levels = levels
         self.config = config or KairosConfig()
+        self.admission_control = self.config.thrashing_avoidance
 
     def agent_context(self, agent: AgentView) -> int:
         """``C_a``, or the documented size of an agent without a completed request."""

@@ -85,5 +85,8 @@ class Controller(Protocol):
 
     name: str
     levels: FrequencyLevels
+    admission_control: bool
+    """False when the policy admits every agent at once (no thrashing avoidance):
+    the router must then not hold agents either, not even for one epoch."""
 
     def decide(self, snapshot: InstanceSnapshot) -> ControlDecision: ...

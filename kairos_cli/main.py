@@ -10,6 +10,7 @@ import typer
 
 from reporting.cli import register as register_report
 from simulator.cli import register as register_sim
+from simulator.fakevllm_cli import register as register_fake_vllm
 
 
 def build_app() -> typer.Typer:
@@ -19,6 +20,7 @@ def build_app() -> typer.Typer:
     )
     register_sim(app)
     register_report(app)
+    register_fake_vllm(app)
     return app
 
 

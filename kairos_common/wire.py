@@ -188,6 +188,8 @@ class AdmissionDecision:
 
     ``valid_for_s``: after this long without a newer decision the router treats
     the daemon as stale and falls back to its local same-rule admission.
+    ``admission_control``: false when the daemon's policy admits everyone at once
+    (no-control, fixed clocks, kairos-no-ta); the router then holds no agent.
     """
 
     instance: str
@@ -201,6 +203,7 @@ class AdmissionDecision:
     boost: bool = False
     valid_for_s: float = 15.0
     policy: str = "kairos"
+    admission_control: bool = True
     extras: dict[str, float] = field(default_factory=dict)
     version: int = WIRE_VERSION
 
@@ -232,6 +235,7 @@ class AdmissionDecision:
             boost=_get(obj, "boost", bool, False),
             valid_for_s=_get(obj, "valid_for_s", float, 15.0),
             policy=_get(obj, "policy", str, "kairos"),
+            admission_control=_get(obj, "admission_control", bool, True),
             extras={str(k): float(v) for k, v in extras.items()},
             version=_get(obj, "version", int, WIRE_VERSION),
         )

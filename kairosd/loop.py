@@ -226,6 +226,7 @@ class Daemon:
             boost=decision.boost,
             valid_for_s=self.config.epoch_s * self.config.decision_valid_epochs,
             policy=self.controller.name,
+            admission_control=self.controller.admission_control,
         )
         try:
             ack = await self.router.post_decision(msg)

@@ -90,8 +90,11 @@ class AdmissionService:
         if not self.settings.enabled or not cap:
             return tuple(a.agent_id for a in agents)
         now = self.clock()
-        if inst.daemon_fresh(now) and inst.decision_defer:
-            return ()
+        if inst.daemon_fresh(now):
+            if not inst.decision_admission_control:
+                return tuple(a.agent_id for a in agents)  # e.g. a no-control daemon
+            if inst.decision_defer:
+                return ()
         usage = self.ledger.usage_tokens(inst.name)
         snapshot = InstanceSnapshot(
             now_s=now,
@@ -194,6 +197,7 @@ class AdmissionService:
         valid_s = self.settings.stale_after_s or decision.valid_for_s
         inst.decision_valid_until_s = now + valid_s
         inst.decision_defer = decision.defer_admissions
+        inst.decision_admission_control = decision.admission_control
         inst.daemon_id = decision.daemon_id
         inst.clock_mhz = decision.clock_mhz
         inst.boost = decision.boost

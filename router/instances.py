@@ -32,6 +32,7 @@ class Instance:
     decision_key: tuple[float, int] | None = None
     decision_valid_until_s: float = 0.0
     decision_defer: bool = False
+    decision_admission_control: bool = True
     daemon_id: str | None = None
     clock_mhz: int | None = None
     boost: bool = False

@@ -1,13 +1,236 @@
-"""``kairos sim`` (and later ``kairos fake-vllm``)."""
+"""``kairos sim``: simulate agents on vLLM instances under one or more power policies.
+
+Every flag can also come from a TOML file (``--config``, keys as the flag names
+with ``_``) or the environment (``KAIROS_SIM_<FIELD>``); flags win.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import structlog
 import typer
+
+from controllers import KairosConfig, ReassignmentConfig, make_controller, make_placement
+from controllers.errors import ControllerError
+from kairos_common.config import load_config
+from kairos_common.errors import ConfigError
+from kairos_common.logs import configure_logging
+from simulator.cluster import control_levels
+from simulator.errors import SimulatorError
+from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset
+from simulator.runner import SimResult, SimSpec, result_json, run_many, run_sim, write_jsonl
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class SimCliConfig:
+    """Settings of ``kairos sim`` (TOML / ``KAIROS_SIM_*`` / flags)."""
+
+    workload: str = "paper"
+    rate: float = 0.08
+    duration_s: float = 3 * 3600.0
+    instances: int = 1
+    slo: float = 20.0
+    policy: str = "kairos"
+    compare: str = ""
+    seed: int = 1
+    preset: str = DEFAULT_PRESET
+    placement: str = "consolidating"
+    reassign: bool = True
+    epoch_s: float | None = None
+    think_cap_s: float = 60.0
+    arrivals: Path | None = None
+    out: Path = Path("sim-out")
+    plots: bool = True
+    processes: int = 0
+
+
+def _specs(cfg: SimCliConfig) -> list[SimSpec]:
+    policies = [p.strip() for p in cfg.compare.split(",") if p.strip()] or [cfg.policy]
+    if len(set(policies)) != len(policies):
+        raise ConfigError(f"--compare lists a policy twice: {cfg.compare}")
+    base = SimSpec(
+        workload=cfg.workload,
+        rate_per_s=cfg.rate,
+        duration_s=cfg.duration_s,
+        instances=cfg.instances,
+        slo_tok_s=cfg.slo,
+        seed=cfg.seed,
+        placement=cfg.placement,
+        preset=get_preset(cfg.preset),
+        epoch_s=cfg.epoch_s,
+        think_cap_s=cfg.think_cap_s,
+        arrivals_file=cfg.arrivals,
+        kairos=KairosConfig(slo_tok_s=cfg.slo),
+        reassignment=ReassignmentConfig(enabled=cfg.reassign),
+    )
+    return [dataclasses.replace(base, policy=p) for p in policies]
+
+
+def _validate(cfg: SimCliConfig) -> None:
+    if cfg.rate <= 0 and cfg.arrivals is None:
+        raise ConfigError("--rate must be positive")
+    if cfg.duration_s <= 0:
+        raise ConfigError("--duration-s must be positive")
+    if cfg.instances < 1:
+        raise ConfigError("--instances must be at least 1")
+    if cfg.slo < 0:
+        raise ConfigError("--slo must be >= 0")
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summary_table(results: list[SimResult]) -> str:
+    """Side-by-side table of the headline metrics, one row per policy."""
+    head = (
+        f"{'policy':14s} {'avg W':>7s} {'J/tok':>6s} {'kJ/job':>7s} {'P5 tok/s':>8s} "
+        f"{'SLO att':>7s} {'jobs/s':>7s} {'done':>5s} {'preempt':>7s} {'recomp tok':>11s} "
+        f"{'boost':>5s} {'pend s':>6s} {'conc':>5s}"
+    )
+    lines = [head, "-" * len(head)]
+    for r in results:
+        s = r.summary
+        epj = s.energy_j / s.completed_agents / 1e3 if s.completed_agents else None
+        lines.append(
+            f"{s.policy:14s} {s.avg_power_w:7.1f} {_fmt(s.energy_per_output_token_j, '6.3f')} "
+            f"{_fmt(epj, '7.2f')} {_fmt(s.p5_agent_throughput_tok_s, '8.1f')} "
+            f"{_fmt(s.slo_attainment, '7.2f')} {s.job_throughput_per_s:7.4f} "
+            f"{s.completed_agents:5d} {s.preemptions:7d} {s.recomputed_tokens:11,d} "
+            f"{s.boost_fraction:5.2f} {_fmt(s.mean_pending_s, '6.1f')} "
+            f"{r.run.counters.get('mean_ongoing_per_instance', 0.0):5.1f}"
+        )
+    return "\n".join(lines)
+
+
+def _run(cfg: SimCliConfig, as_json: bool) -> list[SimResult]:
+    specs = _specs(cfg)
+    for spec in specs:  # fail fast on bad names before spawning processes
+        make_controller(spec.policy, control_levels(spec.preset, spec.policy))
+        make_placement(spec.placement)
+    show = not as_json and sys.stderr.isatty()
+    if len(specs) == 1:
+        if not show:
+            return [run_sim(specs[0])]
+        with typer.progressbar(
+            length=int(cfg.duration_s), label="simulating", file=sys.stderr
+        ) as bar:
+            done = [0]
+
+            def tick(t: float) -> None:
+                step = int(t) - done[0]
+                if step > 0:
+                    bar.update(step)
+                    done[0] += step
+
+            return [run_sim(specs[0], progress=tick)]
+    procs = cfg.processes or None
+    if not show:
+        return run_many(specs, procs)
+    with typer.progressbar(length=len(specs), label="policies", file=sys.stderr) as bar:
+        return run_many(specs, procs, on_done=lambda _r: bar.update(1))
+
+
+HELP: dict[str, str] = {
+    "workload": "'paper' (synthetic mini-swe-agent, default) or 'trace:PATH'",
+    "rate": "agent arrivals per second, Poisson (default 0.08)",
+    "duration_s": "simulated seconds (default 10800 = 3 h)",
+    "instances": "vLLM instances, one GPU each (default 1)",
+    "slo": "per-agent SLO τ in tokens/s, Eq. 4 (default 20)",
+    "policy": "kairos (default) | kairos-no-ta | no-control | fixed:MHZ",
+    "compare": "comma-separated policies run side by side on identical arrivals",
+    "seed": "seed of arrivals and workload (default 1)",
+    "preset": f"GPU/model preset (default {DEFAULT_PRESET}): {', '.join(PRESET_NAMES)}",
+    "placement": "router placement: consolidating (default) | round-robin | least-context",
+    "reassign": "Algorithm 3 reassignment of agents between instances (default on)",
+    "epoch_s": "control epoch in seconds (default from the preset: 5)",
+    "think_cap_s": "cap on trace think times, drops human pauses (default 60 s)",
+    "arrivals": "replay arrival times from a file instead of Poisson",
+    "out": "directory for JSONL records and PNGs (default sim-out)",
+    "plots": "write PNG plots of power, clock and context (default on)",
+    "processes": "parallel processes for --compare (default 0: one per CPU)",
+    "config": "TOML file with these settings (keys = flag names with _; env KAIROS_SIM_*)",
+    "as_json": "print one JSON object per policy (a list when several)",
+    "log_level": "log level (default warning)",
+}
+
+Opt = typer.Option
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def sim() -> None:
-        """Simulate agents on vLLM instances under a power policy."""
-        typer.echo("kairos sim: not implemented yet", err=True)
-        raise typer.Exit(2)
+    def sim(
+        workload: Annotated[str | None, Opt(help=HELP["workload"])] = None,
+        rate: Annotated[float | None, Opt(help=HELP["rate"])] = None,
+        duration_s: Annotated[float | None, Opt(help=HELP["duration_s"])] = None,
+        instances: Annotated[int | None, Opt(help=HELP["instances"])] = None,
+        slo: Annotated[float | None, Opt(help=HELP["slo"])] = None,
+        policy: Annotated[str | None, Opt(help=HELP["policy"])] = None,
+        compare: Annotated[str | None, Opt(help=HELP["compare"])] = None,
+        seed: Annotated[int | None, Opt(help=HELP["seed"])] = None,
+        preset: Annotated[str | None, Opt(help=HELP["preset"])] = None,
+        placement: Annotated[str | None, Opt(help=HELP["placement"])] = None,
+        reassign: Annotated[bool | None, Opt(help=HELP["reassign"])] = None,
+        epoch_s: Annotated[float | None, Opt(help=HELP["epoch_s"])] = None,
+        think_cap_s: Annotated[float | None, Opt(help=HELP["think_cap_s"])] = None,
+        arrivals: Annotated[Path | None, Opt(help=HELP["arrivals"])] = None,
+        out: Annotated[Path | None, Opt(help=HELP["out"])] = None,
+        plots: Annotated[bool | None, Opt(help=HELP["plots"])] = None,
+        processes: Annotated[int | None, Opt(help=HELP["processes"])] = None,
+        config: Annotated[Path | None, Opt(help=HELP["config"])] = None,
+        as_json: Annotated[bool, Opt("--json", help=HELP["as_json"])] = False,
+        log_level: Annotated[str, Opt(help=HELP["log_level"])] = "warning",
+    ) -> None:
+        """Simulate agents on vLLM instances under power policies (virtual time)."""
+        configure_logging(log_level)
+        overrides = {
+            "workload": workload,
+            "rate": rate,
+            "duration_s": duration_s,
+            "instances": instances,
+            "slo": slo,
+            "policy": policy,
+            "compare": compare,
+            "seed": seed,
+            "preset": preset,
+            "placement": placement,
+            "reassign": reassign,
+            "epoch_s": epoch_s,
+            "think_cap_s": think_cap_s,
+            "arrivals": arrivals,
+            "out": out,
+            "plots": plots,
+            "processes": processes,
+        }
+        try:
+            cfg = load_config(
+                SimCliConfig, path=config, env_prefix="KAIROS_SIM", overrides=overrides
+            )
+            _validate(cfg)
+            results = _run(cfg, as_json)
+        except (ConfigError, SimulatorError, ControllerError) as exc:
+            typer.echo(f"kairos sim: {exc}", err=True)
+            raise typer.Exit(2) from None
+        paths = [write_jsonl(r, cfg.out) for r in results]
+        if cfg.plots:
+            from simulator.plots import plot_compare, plot_run
+
+            for r, p in zip(results, paths, strict=True):
+                plot_run(r, p.with_suffix(".png"))
+            if len(results) > 1:
+                plot_compare(results, cfg.out / "compare.png")
+        log.info("sim.done", out=str(cfg.out), runs=len(results))
+        if as_json:
+            objs = [result_json(r) for r in results]
+            typer.echo(json.dumps(objs[0] if len(objs) == 1 else objs, indent=2))
+            return
+        typer.echo(summary_table(results))
+        typer.echo(f"records and plots in {cfg.out}/")

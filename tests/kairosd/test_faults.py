@@ -242,6 +242,7 @@ class RejectingController:
     """A controller whose decide() refuses the snapshot (e.g. invalid agent data)."""
 
     name = "rejecting"
+    admission_control = True
 
     def __init__(self) -> None:
         self.levels = FrequencyLevels.from_supported(CLOCKS)

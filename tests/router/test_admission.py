@@ -193,6 +193,22 @@ async def test_fast_path_and_defer(make_router: StartRouter, backend: FakeBacken
     await b_task
 
 
+async def test_daemon_without_admission_control_is_never_held(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """A no-control daemon admits everyone; the router's fast path must not hold
+    agents for an epoch even above β·U_max (the same rule would)."""
+    router = await _filled(make_router, backend)
+    url = router.url + "/kairos/v1/instances/i0/decision"
+    a = await start_agent(router.url)
+    await _turn(router, a)  # fills the instance above γ·U_max
+    await control("POST", url, _decision(1, valid_for_s=60.0, admission_control=False))
+    b = await start_agent(router.url)
+    await _turn(router, b, BIG)  # would be held under KAIROS's rule
+    agent = router.core.ledger.get(_aid(b))
+    assert agent is not None and agent.admitted and agent.pending_s == 0.0
+
+
 async def test_stale_daemon_falls_back_to_local_rule(
     make_router: StartRouter, backend: FakeBackend
 ) -> None:

@@ -1,0 +1,124 @@
+"""Router-side bookkeeping of one simulated agent (the per-agent ledger).
+
+Mirrors what the router knows: the agent's instance, whether it is pending
+(held) or ongoing, ``C_a`` (prompt + completion of its latest completed
+request), Eq. 3 sums, pending time, and the reassignment step counter. It builds
+the :class:`~controllers.AgentView` the controllers see and the
+:class:`~reporting.records.AgentRecord` written when the agent finishes.
+"""
+
+from __future__ import annotations
+
+from controllers import AgentView
+from reporting.records import AgentRecord
+from simulator.workload import AgentProgram, Turn
+
+
+class SimAgent:
+    __slots__ = (
+        "admitted",
+        "arrival_s",
+        "context_tokens",
+        "decode_tokens",
+        "held",
+        "instance",
+        "instances",
+        "llm_time_s",
+        "max_context_tokens",
+        "next_turn",
+        "pending_s",
+        "program",
+        "prompt_tokens",
+        "release_s",
+        "steps",
+        "steps_since_assignment",
+        "waiting_since_s",
+    )
+
+    def __init__(self, program: AgentProgram, arrival_s: float, instance: int) -> None:
+        self.program = program
+        self.arrival_s = arrival_s
+        self.instance = instance
+        self.instances: list[int] = [instance]
+        self.admitted = False
+        self.held = False
+        self.context_tokens: int | None = None
+        self.decode_tokens = 0
+        self.prompt_tokens = 0
+        self.llm_time_s = 0.0
+        self.steps = 0
+        self.steps_since_assignment = 0
+        self.pending_s = 0.0
+        self.waiting_since_s = arrival_s
+        self.release_s = arrival_s
+        self.next_turn = 0
+        self.max_context_tokens = 0
+
+    @property
+    def agent_id(self) -> str:
+        return self.program.agent_id
+
+    @property
+    def turn(self) -> Turn:
+        return self.program.turns[self.next_turn]
+
+    @property
+    def estimated_context_tokens(self) -> int:
+        """What the router can size a new agent by: its first (held) prompt."""
+        return self.program.turns[0].prompt_tokens
+
+    def usage_tokens(self) -> int:
+        """``C_a`` or, before its first completion, the held prompt's size."""
+        if self.context_tokens is not None:
+            return self.context_tokens
+        return self.estimated_context_tokens
+
+    def view(self) -> AgentView:
+        return AgentView(
+            agent_id=self.agent_id,
+            arrival_s=self.arrival_s,
+            context_tokens=self.context_tokens,
+            estimated_context_tokens=self.estimated_context_tokens,
+            decode_tokens=self.decode_tokens,
+            llm_time_s=self.llm_time_s,
+            completed_steps=self.steps,
+            waiting_since_s=None if self.admitted else self.waiting_since_s,
+        )
+
+    def complete(self, t_s: float, prompt_tokens: int, output_tokens: int) -> None:
+        """A request finished: update ``C_a`` and the Eq. 3 sums."""
+        self.decode_tokens += output_tokens
+        self.prompt_tokens += prompt_tokens
+        self.llm_time_s += t_s - self.release_s
+        self.steps += 1
+        self.context_tokens = prompt_tokens + output_tokens
+        self.max_context_tokens = max(self.max_context_tokens, self.context_tokens)
+        self.next_turn += 1
+
+    @property
+    def done(self) -> bool:
+        return self.next_turn >= len(self.program.turns)
+
+    def record(
+        self, end_s: float, slo_tok_s: float, run: str, names: list[str], reason: str = "end"
+    ) -> AgentRecord:
+        tput = self.decode_tokens / self.llm_time_s if self.llm_time_s > 0 else None
+        return AgentRecord(
+            agent_id=self.agent_id,
+            start_s=self.arrival_s,
+            end_s=end_s,
+            turns=self.steps,
+            decode_tokens=self.decode_tokens,
+            prompt_tokens=self.prompt_tokens,
+            llm_time_s=self.llm_time_s,
+            pending_s=self.pending_s,
+            throughput_tok_s=tput,
+            slo_tok_s=slo_tok_s,
+            slo_met=None if tput is None else tput >= slo_tok_s,
+            parent_id=self.program.parent_id,
+            name=self.program.agent_id,
+            instances=tuple(dict.fromkeys(names[i] for i in self.instances)),
+            end_reason=reason,
+            max_context_tokens=self.max_context_tokens,
+            run=run,
+        )

@@ -1,0 +1,369 @@
+"""Closed-loop simulation of agents on N vLLM instances under one policy.
+
+The router side (placement, hold queue, reassignment) and the per-instance
+controllers are the real objects from :mod:`controllers`, called exactly where
+the router and the daemon call them:
+
+* a new agent is placed by the placement policy on the router's loads ``U_i``;
+  it is *pending* on that instance (its first request held in a FIFO) until a
+  controller decision admits it — or at once through the router's fast path,
+  when nobody is pending there, the last decision did not defer, and the
+  controller's own admission rule would admit it now;
+* every ``epoch_s`` each instance's controller decides from an
+  :class:`~controllers.InstanceSnapshot`; the clock is locked on the simulated
+  GPU (effective after its latency) and the admitted agents' held requests go out;
+* when an ongoing agent issues a request its step counter advances and the
+  :class:`~controllers.ReassignmentRule` may move it to another instance.
+
+Agents run closed-loop: turn ``i+1`` is released ``think_s`` after turn ``i``
+completed, so a slower GPU makes agents live longer and hold more context.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from controllers import (
+    ControlDecision,
+    Controller,
+    FrequencyLevels,
+    InstanceLoad,
+    InstanceSnapshot,
+    KairosConfig,
+    PlacementRequest,
+    ReassignmentConfig,
+    ReassignmentRule,
+    make_controller,
+    make_placement,
+)
+from reporting.records import AgentRecord, EpochRecord
+from simulator.agents import SimAgent
+from simulator.engine import Engine
+from simulator.engine_types import EngineEvent, EngineRequest, RequestFinished, RequestRejected
+from simulator.gpu import SimulatedGpu
+from simulator.power import PowerModel
+from simulator.presets import Preset
+from simulator.timing import TimingModel
+from simulator.workload import AgentProgram, Workload
+
+_ARRIVAL, _RELEASE, _EPOCH, _ENGINE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """One simulated deployment and policy (``kairos sim`` flags map onto this)."""
+
+    policy: str = "kairos"
+    instances: int = 1
+    duration_s: float = 3 * 3600.0
+    placement: str = "consolidating"
+    theta_cons: float = 0.5
+    reassignment: ReassignmentConfig = field(default_factory=ReassignmentConfig)
+    kairos: KairosConfig = field(default_factory=KairosConfig)
+    epoch_s: float | None = None
+    run: str = ""
+    fast_forward: bool = True
+
+
+def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
+    """Levels a policy controls: the configured KAIROS range for adaptive
+    policies; every supported clock for fixed/no-control baselines (so
+    ``fixed:900`` really locks 900 MHz)."""
+    clocks = preset.gpu.supported_clocks_mhz
+    if policy.startswith("fixed:") or policy == "no-control":
+        return FrequencyLevels.from_supported(clocks)
+    c = preset.control
+    return FrequencyLevels.from_supported(
+        clocks,
+        floor_mhz=c.levels_floor_mhz,
+        ceiling_mhz=c.levels_ceiling_mhz,
+        num_levels=c.num_levels,
+    )
+
+
+class _Instance:
+    __slots__ = (
+        "controller",
+        "decision",
+        "energy_mark_j",
+        "engine",
+        "epoch",
+        "gen_mark",
+        "gpu",
+        "index",
+        "name",
+        "ongoing",
+        "pending",
+        "pre_mark",
+    )
+
+    def __init__(self, index: int, engine: Engine, gpu: SimulatedGpu, ctrl: Controller) -> None:
+        self.index = index
+        self.name = f"sim{index}"
+        self.engine = engine
+        self.gpu = gpu
+        self.controller = ctrl
+        self.ongoing: dict[str, SimAgent] = {}
+        self.pending: list[SimAgent] = []
+        self.decision: ControlDecision | None = None
+        self.epoch = 0
+        self.energy_mark_j = 0.0
+        self.gen_mark = 0
+        self.pre_mark = 0
+
+    def usage_tokens(self) -> int:
+        return sum(a.usage_tokens() for a in self.ongoing.values())
+
+
+class Cluster:
+    """Runs one policy over one arrival sequence; collect results with :meth:`run`."""
+
+    def __init__(
+        self,
+        preset: Preset,
+        config: ClusterConfig,
+        workload: Workload,
+        arrivals_s: list[float],
+        *,
+        progress: Callable[[float], None] | None = None,
+    ) -> None:
+        self.preset = preset
+        self.config = config
+        self.workload = workload
+        self.arrivals_s = arrivals_s
+        self.progress = progress
+        self.epoch_s = config.epoch_s or preset.control.epoch_s
+        timing, power = TimingModel(preset.timing), PowerModel(preset.power)
+        self.instances: list[_Instance] = []
+        for i in range(config.instances):
+            gpu = SimulatedGpu(preset.gpu, index=i)
+            ctrl = make_controller(
+                config.policy, control_levels(preset, config.policy), config.kairos
+            )
+            engine = Engine(preset.engine, timing, power, gpu, fast_forward=config.fast_forward)
+            self.instances.append(_Instance(i, engine, gpu, ctrl))
+        self.policy_name = self.instances[0].controller.name if self.instances else config.policy
+        self.names = [inst.name for inst in self.instances]
+        self.placement = make_placement(config.placement, config.theta_cons)
+        self.reassign = ReassignmentRule(config.reassignment)
+        self.epochs: list[EpochRecord] = []
+        self.agents_done: list[AgentRecord] = []
+        self.started_agents = 0
+        self.reassignments = 0
+        self._heap: list[tuple[float, int, int, Any]] = []
+        self._seq = itertools.count()
+        self._placements = 0
+        self._by_request: dict[str, SimAgent] = {}
+        self._req_ids = itertools.count()
+
+    # ------------------------------------------------------------ main loop
+    def run(self) -> None:
+        end = self.config.duration_s
+        for i, t in enumerate(self.arrivals_s):
+            if t < end:
+                self._push(t, _ARRIVAL, (self.workload.program(i), None))
+        self._push(0.0, _EPOCH, 0)
+        engines = [inst.engine for inst in self.instances]
+        while True:
+            t_heap = self._heap[0][0] if self._heap else float("inf")
+            t_eng: float = float("inf")
+            which = -1
+            for i, eng in enumerate(engines):
+                t_next = eng.next_event_time()
+                if t_next is not None and t_next < t_eng:
+                    t_eng, which = t_next, i
+            if which >= 0 and t_eng <= t_heap and t_eng <= end:
+                self._deliver(self.instances[which], engines[which].advance_to(t_eng))
+                continue
+            if t_heap > end:
+                break
+            t, _, kind, payload = heapq.heappop(self._heap)
+            if kind == _ENGINE:
+                self._on_engine_event(t, payload)
+            elif kind == _RELEASE:
+                self._on_release(t, payload)
+            elif kind == _EPOCH:
+                self._on_epoch(t, payload)
+            else:
+                self._on_arrival(t, payload[0], payload[1])
+
+    def _push(self, t: float, kind: int, payload: Any) -> None:
+        heapq.heappush(self._heap, (t, next(self._seq), kind, payload))
+
+    def _deliver(self, inst: _Instance, events: list[EngineEvent]) -> None:
+        for ev in events:
+            if isinstance(ev, RequestFinished | RequestRejected):
+                self._push(ev.t_s, _ENGINE, (inst.index, ev))
+
+    # -------------------------------------------------------------- arrivals
+    def _loads(self) -> list[InstanceLoad]:
+        cap = self.instances[0].engine.capacity_tokens if self.instances else 0
+        return [
+            InstanceLoad(inst.name, inst.index, inst.usage_tokens(), cap, bool(inst.ongoing))
+            for inst in self.instances
+        ]
+
+    def _on_arrival(self, t: float, program: AgentProgram, parent: str | None) -> None:
+        self.started_agents += 1
+        for child in program.children:
+            self._push(t + child.offset_s, _ARRIVAL, (child, program.agent_id))
+        req = PlacementRequest(program.agent_id, self._placements, program.turns[0].prompt_tokens)
+        self._placements += 1
+        name = self.placement.place(req, self._loads())
+        inst = self.instances[self.names.index(name)]
+        agent = SimAgent(program, t, inst.index)
+        agent.held = True
+        if not inst.pending and self._fast_path_admits(inst, agent, t):
+            self._admit(inst, agent, t)
+        else:
+            inst.pending.append(agent)
+
+    def _fast_path_admits(self, inst: _Instance, agent: SimAgent, t: float) -> bool:
+        """The router's immediate admission: same rule as the controller's."""
+        if inst.decision is not None and inst.decision.defer_admissions:
+            return False
+        admissions = getattr(inst.controller, "admissions", None)
+        if admissions is None:
+            return True
+        snap = self._snapshot(inst, t, pending=(agent,))
+        usage = inst.controller.usage(snap) if hasattr(inst.controller, "usage") else 0
+        admitted, _ = admissions(snap, usage)
+        return agent.agent_id in admitted
+
+    def _admit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
+        agent.admitted = True
+        agent.pending_s += t - agent.waiting_since_s
+        inst.ongoing[agent.agent_id] = agent
+        if agent.held:
+            agent.held = False
+            self._submit(inst, agent, t)
+
+    # ----------------------------------------------------------------- turns
+    def _submit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
+        turn = agent.turn
+        rid = f"{agent.agent_id}/{agent.next_turn}/{next(self._req_ids)}"
+        self._by_request[rid] = agent
+        inst.engine.submit(
+            EngineRequest(
+                rid,
+                turn.prompt_tokens,
+                turn.output_tokens,
+                t,
+                cache_key=agent.agent_id,
+                shared_prefix_tokens=turn.shared_prefix_tokens,
+            )
+        )
+        self._deliver(inst, inst.engine.poll_events())
+
+    def _on_release(self, t: float, agent: SimAgent) -> None:
+        agent.release_s = t
+        inst = self.instances[agent.instance]
+        agent.steps_since_assignment += 1
+        decision = self.reassign.decide(inst.name, agent.steps_since_assignment, self._loads())
+        if decision.reset_counter:
+            agent.steps_since_assignment = 0
+        if decision.target is not None:
+            target = self.instances[self.names.index(decision.target)]
+            del inst.ongoing[agent.agent_id]
+            target.ongoing[agent.agent_id] = agent
+            agent.instance = target.index
+            agent.instances.append(target.index)
+            self.reassignments += 1
+            inst = target
+        self._submit(inst, agent, t)
+
+    def _on_engine_event(self, t: float, payload: tuple[int, EngineEvent]) -> None:
+        _, ev = payload
+        agent = self._by_request.pop(ev.request_id, None)
+        if agent is None:
+            return
+        inst = self.instances[agent.instance]
+        if isinstance(ev, RequestRejected):
+            inst.ongoing.pop(agent.agent_id, None)
+            self.agents_done.append(self._record(agent, t, "rejected"))
+            return
+        assert isinstance(ev, RequestFinished)
+        agent.complete(t, ev.prompt_tokens, ev.output_tokens)
+        if agent.done:
+            inst.ongoing.pop(agent.agent_id, None)
+            self.agents_done.append(self._record(agent, t, "end"))
+        else:
+            self._push(t + agent.turn.think_s, _RELEASE, agent)
+
+    def _record(self, agent: SimAgent, t: float, reason: str) -> AgentRecord:
+        slo = self.config.kairos.slo_tok_s
+        return agent.record(t, slo, self.config.run, self.names, reason)
+
+    # ---------------------------------------------------------------- epochs
+    def _snapshot(
+        self, inst: _Instance, t: float, pending: tuple[SimAgent, ...] | None = None
+    ) -> InstanceSnapshot:
+        held = tuple(inst.pending) if pending is None else pending
+        return InstanceSnapshot(
+            now_s=t,
+            epoch=inst.epoch,
+            capacity_tokens=inst.engine.capacity_tokens,
+            ongoing=tuple(a.view() for a in inst.ongoing.values()),
+            pending=tuple(a.view() for a in held),
+            clock_mhz=inst.gpu.clock_at(t),
+            power_w=inst.gpu.power_w,
+        )
+
+    def _on_epoch(self, t: float, k: int) -> None:
+        for inst in self.instances:
+            self._deliver(inst, inst.engine.advance_to(t))
+            if k > 0:
+                self._close_epoch(inst, t)
+            inst.epoch = k
+            decision = inst.controller.decide(self._snapshot(inst, t))
+            if inst.gpu.locked_max_mhz != decision.clock_mhz:
+                inst.engine.set_clock(decision.clock_mhz, t)
+                self._deliver(inst, inst.engine.poll_events())
+            inst.decision = decision
+            if decision.admit:
+                admit = set(decision.admit)
+                for agent in [a for a in inst.pending if a.agent_id in admit]:
+                    inst.pending.remove(agent)
+                    self._admit(inst, agent, t)
+        if self.progress is not None:
+            self.progress(t)
+        if t + self.epoch_s <= self.config.duration_s + 1e-9:
+            self._push(t + self.epoch_s, _EPOCH, k + 1)
+
+    def _close_epoch(self, inst: _Instance, t: float) -> None:
+        d = inst.decision
+        assert d is not None
+        energy = inst.engine.energy_j_at(t)
+        c = inst.engine.counters
+        self.epochs.append(
+            EpochRecord(
+                t_s=t,
+                instance=inst.name,
+                epoch=inst.epoch,
+                epoch_s=self.epoch_s,
+                policy=self.policy_name,
+                target_clock_mhz=d.clock_mhz,
+                actual_clock_mhz=inst.gpu.clock_at(t),
+                energy_j=energy - inst.energy_mark_j,
+                avg_power_w=(energy - inst.energy_mark_j) / self.epoch_s,
+                usage_tokens=d.usage_tokens,
+                capacity_tokens=d.capacity_tokens,
+                ongoing=len(inst.ongoing),
+                pending=len(inst.pending),
+                min_throughput_tok_s=d.min_throughput_tok_s,
+                boost=d.boost,
+                deferred=d.defer_admissions,
+                admitted=len(d.admit),
+                reason=d.reason,
+                run=self.config.run,
+                output_tokens=c.generation_tokens - inst.gen_mark,
+                preemptions=c.preemptions - inst.pre_mark,
+            )
+        )
+        inst.energy_mark_j = energy
+        inst.gen_mark = c.generation_tokens
+        inst.pre_mark = c.preemptions

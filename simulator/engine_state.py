@@ -1,0 +1,66 @@
+"""Scheduler state of the engine model: per-request sequences and planned work.
+
+Internal to :mod:`simulator.engine` (kept apart only to keep modules small).
+"""
+
+from __future__ import annotations
+
+from simulator.engine_types import EngineEvent, EngineRequest
+
+
+class Seq:
+    """Mutable scheduler state of one request."""
+
+    __slots__ = (
+        "aborted",
+        "blocks",
+        "computed",
+        "first_token_s",
+        "generated",
+        "hit_tokens",
+        "preemptions",
+        "prefix_limit",
+        "recompute_upto",
+        "req",
+        "total",
+    )
+
+    def __init__(self, req: EngineRequest) -> None:
+        self.req = req
+        self.total = req.prompt_tokens
+        self.computed = 0
+        self.generated = 0
+        self.blocks = 0
+        self.first_token_s = -1.0
+        self.hit_tokens = -1
+        self.prefix_limit = min(req.shared_prefix_tokens, req.prompt_tokens - 1)
+        self.recompute_upto = self.prefix_limit
+        self.preemptions = 0
+        self.aborted = False
+
+
+class Step:
+    """A scheduled mixed step: decisions taken at ``start_s``, effects at ``end_s``."""
+
+    __slots__ = ("end_s", "events", "start_s")
+
+    def __init__(self, start_s: float, end_s: float, events: list[EngineEvent]) -> None:
+        self.start_s = start_s
+        self.end_s = end_s
+        self.events = events
+
+
+class Run:
+    """Up to ``steps`` pure-decode steps over ``seqs`` at ``clock_mhz`` from ``start_s``."""
+
+    __slots__ = ("clock_mhz", "context0", "end_s", "seqs", "start_s", "steps")
+
+    def __init__(
+        self, start_s: float, seqs: list[Seq], steps: int, clock_mhz: int, context0: int
+    ) -> None:
+        self.start_s = start_s
+        self.seqs = seqs
+        self.steps = steps
+        self.clock_mhz = clock_mhz
+        self.context0 = context0
+        self.end_s = start_s

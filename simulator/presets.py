@@ -1,0 +1,178 @@
+"""Named hardware/model presets: every coefficient of the timing, power, engine
+and GPU models in one place, with where each number comes from.
+
+The default preset ``h100-nvl-qwen3-30b`` is the KAIROS paper's testbed: one
+H100 NVL (400 W TDP) serving Qwen3-Coder-30B-A3B in FP8 under vLLM V1. The
+derivations (and which numbers are assumptions) are in ``docs/simulator.md``.
+Keeping them as frozen dataclasses lets the robustness sweep perturb any
+coefficient with ``dataclasses.replace`` and lets the fake vLLM server build the
+very same engine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from simulator.errors import PresetError
+
+
+@dataclass(frozen=True, slots=True)
+class TimingParams:
+    """Per-step latency model (see :mod:`simulator.timing`)."""
+
+    cpu_overhead_s: float = 0.0030
+    """Clock-independent per-step host overhead (scheduler, sampling, launch)."""
+    gpu_fixed_s: float = 0.0010
+    """Latency-bound kernel time per step at ``ref_clock_mhz`` (scales ∝ 1/f)."""
+    mem_bw_bytes_s: float = 3.35e12
+    """HBM bandwidth (H100 NVL spec sheet: 3.9 TB/s; SXM/PCIe-class 3.35 TB/s)."""
+    weight_bw_efficiency: float = 0.30
+    """Achieved fraction of ``mem_bw_bytes_s`` when streaming FP8 MoE weights at
+    decode batch sizes. Calibrated (docs/simulator.md): gives the paper's ~17
+    concurrent agents at 0.08 jobs/s; block-FP8 fused-MoE kernels run far from peak."""
+    kv_bw_efficiency: float = 0.80
+    """Achieved fraction of ``mem_bw_bytes_s`` when reading the KV cache (paged attention)."""
+    base_weight_bytes: float = 1.35e9
+    """Non-expert weights read every step: attention, router, LM head (FP8 + bf16 head)."""
+    expert_weight_bytes: float = 0.2265e9
+    """One expert across all 48 layers: 48 · 3 · 2048 · 768 bytes in FP8."""
+    num_experts: int = 128
+    experts_per_token: int = 8
+    kv_bytes_per_token: int = 98_304
+    """bf16 KV: 2 · 48 layers · 4 KV heads · 128 dims · 2 bytes = 96 KiB."""
+    prefill_s_per_token: float = 15e-6
+    """Linear (GEMM) prefill cost per uncached token at ``ref_clock_mhz``."""
+    attn_s_per_pair: float = 1.75e-9
+    """Attention cost per (query, key) pair at ``ref_clock_mhz``."""
+    ref_clock_mhz: int = 1785
+    compute_cap_mhz: int = 1785
+    """Compute work stops speeding up above this clock (power/thermal limit)."""
+    mem_knee_mhz: int = 875
+    """Below this SM clock memory-bound kernels slow down ∝ 1/f."""
+    mem_slope_above_knee: float = 0.04
+    """Residual clock sensitivity of memory-bound work above the knee."""
+
+
+@dataclass(frozen=True, slots=True)
+class PowerParams:
+    """Per-instance power model (see :mod:`simulator.power`)."""
+
+    idle_w: float = 50.0
+    """No work queued: the paper's idle H100 (~50 W)."""
+    idle_w_per_ghz: float = 0.0
+    """Optional clock-dependent idle term (H100 SXM data shows ~+50 W/GHz locked)."""
+    busy_static_w: float = 65.0
+    """Added as soon as the engine is stepping, at any clock (leakage, HBM refresh)."""
+    mem_w: float = 50.0
+    """HBM traffic power while memory-bound kernels run."""
+    dyn_a_w_per_ghz: float = 125.0
+    dyn_b_w_per_ghz3: float = 18.0
+    """Clock-dependent dynamic term ``a·f + b·f³`` (f in GHz), times activity."""
+    mem_bound_activity: float = 0.85
+    """Activity of SMs during memory-bound kernels relative to compute-bound ones."""
+    tdp_w: float = 400.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineParams:
+    """vLLM V1 scheduler and KV cache limits."""
+
+    kv_capacity_tokens: int = 501_760
+    """H100 NVL (93.1 GiB usable) · 0.90 − 31 GiB FP8 weights − 5 GiB activations and
+    CUDA graphs ≈ 46 GiB of KV = 31 360 blocks of 16 tokens at 96 KiB per token."""
+    block_size: int = 16
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    max_model_len: int = 262_144
+
+
+@dataclass(frozen=True, slots=True)
+class GpuParams:
+    """What the simulated GPU reports and how fast it obeys."""
+
+    name: str = "NVIDIA H100 NVL"
+    supported_clocks_mhz: tuple[int, ...] = tuple(range(210, 1786, 15))
+    clock_latency_s: float = 0.020
+
+
+@dataclass(frozen=True, slots=True)
+class ControlParams:
+    """Control-plane defaults used by ``kairos sim`` (same meaning as the daemon's)."""
+
+    epoch_s: float = 5.0
+    levels_floor_mhz: int | None = 660
+    levels_ceiling_mhz: int | None = None
+    num_levels: int | None = 8
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    name: str
+    description: str
+    timing: TimingParams = field(default_factory=TimingParams)
+    power: PowerParams = field(default_factory=PowerParams)
+    engine: EngineParams = field(default_factory=EngineParams)
+    gpu: GpuParams = field(default_factory=GpuParams)
+    control: ControlParams = field(default_factory=ControlParams)
+
+
+def _presets() -> dict[str, Preset]:
+    h100 = Preset(
+        name="h100-nvl-qwen3-30b",
+        description="H100 NVL 400 W, Qwen3-Coder-30B-A3B FP8, vLLM V1 (the paper's testbed)",
+    )
+    gb80 = dataclasses.replace(
+        h100,
+        name="h100-80gb-qwen3-30b",
+        description="as h100-nvl-qwen3-30b with the paper's literal 80 GB (386k-token KV cache)",
+        engine=dataclasses.replace(h100.engine, kv_capacity_tokens=386_048),
+    )
+    small = dataclasses.replace(
+        h100,
+        name="h100-nvl-qwen3-30b-small-kv",
+        description="as h100-nvl-qwen3-30b with a 4x smaller KV cache (fast thrashing tests)",
+        engine=dataclasses.replace(h100.engine, kv_capacity_tokens=96_512, max_model_len=65_536),
+    )
+    return {p.name: p for p in (h100, gb80, small)}
+
+
+PRESET_NAMES: tuple[str, ...] = tuple(_presets())
+DEFAULT_PRESET = "h100-nvl-qwen3-30b"
+
+
+def get_preset(name: str = DEFAULT_PRESET) -> Preset:
+    """Return the preset called ``name`` (a fresh immutable object)."""
+    presets = _presets()
+    if name not in presets:
+        raise PresetError(f"unknown preset {name!r}; known: {', '.join(presets)}")
+    return presets[name]
+
+
+def scaled(preset: Preset, *, timing: float = 1.0, power: float = 1.0) -> Preset:
+    """``preset`` with every timing (power) coefficient multiplied by a factor.
+
+    Used by the robustness sweep: a conclusion is reported only if it survives
+    ±30 % on these coefficients.
+    """
+    t = preset.timing
+    p = preset.power
+    return dataclasses.replace(
+        preset,
+        name=f"{preset.name}*t{timing:g}*p{power:g}",
+        timing=dataclasses.replace(
+            t,
+            cpu_overhead_s=t.cpu_overhead_s * timing,
+            gpu_fixed_s=t.gpu_fixed_s * timing,
+            mem_bw_bytes_s=t.mem_bw_bytes_s / timing,
+            prefill_s_per_token=t.prefill_s_per_token * timing,
+            attn_s_per_pair=t.attn_s_per_pair * timing,
+        ),
+        power=dataclasses.replace(
+            p,
+            busy_static_w=p.busy_static_w * power,
+            mem_w=p.mem_w * power,
+            dyn_a_w_per_ghz=p.dyn_a_w_per_ghz * power,
+            dyn_b_w_per_ghz3=p.dyn_b_w_per_ghz3 * power,
+        ),
+    )

@@ -1,0 +1,234 @@
+"""Run simulations and turn them into the shared records and metrics.
+
+:func:`run_sim` builds the workload and arrivals from a :class:`SimSpec`, runs
+one :class:`~simulator.cluster.Cluster`, and returns the records the daemon and
+router would have written (``EpochRecord``/``AgentRecord``/``RunRecord``) plus the
+paper metrics from :func:`reporting.metrics.summarize`. :func:`run_many` runs
+several specs in parallel processes (policies compared on the same arrivals).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controllers import KairosConfig, ReassignmentConfig
+from reporting.metrics import Summary, summarize
+from reporting.records import AgentRecord, EpochRecord, JsonlWriter, RunRecord
+from simulator.arrivals import poisson_arrivals, replay_arrivals
+from simulator.cluster import Cluster, ClusterConfig
+from simulator.errors import WorkloadError
+from simulator.presets import Preset, get_preset
+from simulator.workload import Workload
+from simulator.workload_paper import PaperWorkload
+from simulator.workload_trace import DEFAULT_THINK_CAP_S, TraceWorkload
+
+
+@dataclass(frozen=True, slots=True)
+class SimSpec:
+    """Everything that defines one simulated run (and nothing else)."""
+
+    policy: str = "kairos"
+    workload: str = "paper"
+    rate_per_s: float = 0.08
+    duration_s: float = 3 * 3600.0
+    instances: int = 1
+    slo_tok_s: float = 20.0
+    seed: int = 1
+    placement: str = "consolidating"
+    preset: Preset = field(default_factory=get_preset)
+    epoch_s: float | None = None
+    think_cap_s: float = DEFAULT_THINK_CAP_S
+    arrivals_file: Path | None = None
+    kairos: KairosConfig | None = None
+    reassignment: ReassignmentConfig = field(default_factory=ReassignmentConfig)
+
+    @property
+    def run_name(self) -> str:
+        return f"sim-{self.policy}-{self.workload_label}-r{self.rate_per_s:g}-s{self.seed}"
+
+    @property
+    def workload_label(self) -> str:
+        if self.workload.startswith("trace:"):
+            return "trace-" + Path(self.workload.removeprefix("trace:")).stem
+        return self.workload
+
+
+@dataclass(frozen=True, slots=True)
+class SimResult:
+    spec: SimSpec
+    summary: Summary
+    run: RunRecord
+    epochs: list[EpochRecord]
+    agents: list[AgentRecord]
+    wall_s: float
+
+
+def build_workload(spec: SimSpec) -> Workload:
+    """The workload named by ``spec.workload``: ``paper`` or ``trace:PATH``."""
+    if spec.workload == "paper":
+        return PaperWorkload(spec.seed)
+    if spec.workload.startswith("trace:"):
+        path = Path(spec.workload.removeprefix("trace:"))
+        return TraceWorkload.from_file(path, spec.seed, spec.think_cap_s)
+    raise WorkloadError(f"unknown workload {spec.workload!r}; use 'paper' or 'trace:PATH'")
+
+
+def build_arrivals(spec: SimSpec) -> list[float]:
+    if spec.arrivals_file is not None:
+        return replay_arrivals(spec.arrivals_file, spec.duration_s)
+    return poisson_arrivals(spec.rate_per_s, spec.duration_s, spec.seed)
+
+
+def run_sim(spec: SimSpec, progress: Callable[[float], None] | None = None) -> SimResult:
+    """Run one spec to completion (virtual time ``spec.duration_s``)."""
+    started = time.perf_counter()
+    kairos = spec.kairos or KairosConfig()
+    kairos = dataclasses.replace(kairos, slo_tok_s=spec.slo_tok_s)
+    config = ClusterConfig(
+        policy=spec.policy,
+        instances=spec.instances,
+        duration_s=spec.duration_s,
+        placement=spec.placement,
+        reassignment=spec.reassignment,
+        kairos=kairos,
+        epoch_s=spec.epoch_s,
+        run=spec.run_name,
+    )
+    arrivals = build_arrivals(spec)
+    cluster = Cluster(spec.preset, config, build_workload(spec), arrivals, progress=progress)
+    cluster.run()
+    counters = _counters(cluster, len(arrivals))
+    summary = summarize(
+        cluster.policy_name,
+        cluster.epochs,
+        cluster.agents_done,
+        slo_tok_s=spec.slo_tok_s,
+        duration_s=spec.duration_s,
+        preemptions=int(counters["preemptions"]),
+        recomputed_tokens=int(counters["recomputed_tokens"]),
+    )
+    wall = time.perf_counter() - started
+    counters["wall_s"] = wall
+    run = RunRecord(
+        run=spec.run_name,
+        policy=cluster.policy_name,
+        source="simulator",
+        duration_s=spec.duration_s,
+        instances=tuple(cluster.names),
+        arrival_rate_per_s=spec.rate_per_s if spec.arrivals_file is None else None,
+        slo_tok_s=spec.slo_tok_s,
+        seed=spec.seed,
+        workload=f"{spec.workload_label} preset={spec.preset.name} placement={spec.placement}",
+        counters=counters,
+    )
+    return SimResult(spec, summary, run, cluster.epochs, cluster.agents_done, wall)
+
+
+def _counters(cluster: Cluster, arrivals: int) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for inst in cluster.instances:
+        for key, value in dataclasses.asdict(inst.engine.counters).items():
+            totals[key] = totals.get(key, 0.0) + float(value)
+    epochs = cluster.epochs
+    n_inst = max(1, len(cluster.instances))
+    if epochs:
+        totals["mean_ongoing_per_instance"] = sum(e.ongoing for e in epochs) / len(epochs)
+        totals["mean_pending_per_instance"] = sum(e.pending for e in epochs) / len(epochs)
+        totals["mean_usage_tokens_per_instance"] = sum(e.usage_tokens for e in epochs) / len(epochs)
+        totals["max_usage_tokens"] = float(max(e.usage_tokens for e in epochs))
+    totals["capacity_tokens"] = float(cluster.instances[0].engine.capacity_tokens)
+    totals["arrivals"] = float(arrivals)
+    totals["started_agents"] = float(cluster.started_agents)
+    totals["reassignments"] = float(cluster.reassignments)
+    totals["instances"] = float(n_inst)
+    return totals
+
+
+def result_json(result: SimResult) -> dict[str, Any]:
+    """The ``--json`` object: SPEC §4 keys first, then useful extras."""
+    s = result.summary
+    c = result.run.counters
+    return {
+        "policy": s.policy,
+        "avg_power_w": s.avg_power_w,
+        "energy_j": s.energy_j,
+        "energy_per_output_token_j": s.energy_per_output_token_j,
+        "p5_agent_throughput_tok_s": s.p5_agent_throughput_tok_s,
+        "slo_attainment": s.slo_attainment,
+        "job_throughput_per_s": s.job_throughput_per_s,
+        "completed_agents": s.completed_agents,
+        "preemptions": s.preemptions,
+        "recomputed_tokens": s.recomputed_tokens,
+        "boost_fraction": s.boost_fraction,
+        "mean_pending_s": s.mean_pending_s,
+        "energy_per_job_j": s.energy_j / s.completed_agents if s.completed_agents else None,
+        "output_tokens": s.output_tokens,
+        "duration_s": s.duration_s,
+        "time_at_clock_s": {str(k): v for k, v in s.time_at_clock_s.items()},
+        "per_instance_avg_power_w": s.per_instance_avg_power_w,
+        "workload": result.spec.workload,
+        "rate_per_s": result.spec.rate_per_s,
+        "instances": result.spec.instances,
+        "placement": result.spec.placement,
+        "slo_tok_s": result.spec.slo_tok_s,
+        "seed": result.spec.seed,
+        "preset": result.spec.preset.name,
+        "arrivals": int(c.get("arrivals", 0)),
+        "mean_ongoing_per_instance": c.get("mean_ongoing_per_instance"),
+        "mean_usage_tokens_per_instance": c.get("mean_usage_tokens_per_instance"),
+        "capacity_tokens": int(c.get("capacity_tokens", 0)),
+        "prefill_computed_tokens": int(c.get("prefill_computed_tokens", 0)),
+        "prefill_reused_tokens": int(c.get("prefill_reused_tokens", 0)),
+        "evicted_tokens": int(c.get("evicted_tokens", 0)),
+        "reassignments": int(c.get("reassignments", 0)),
+        "wall_s": result.wall_s,
+    }
+
+
+def write_jsonl(result: SimResult, out_dir: Path) -> Path:
+    """Write run + epoch + agent records to ``out_dir/<run>.jsonl`` (replacing it)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{_slug(result.spec.policy)}.jsonl"
+    path.unlink(missing_ok=True)
+    with JsonlWriter(path) as writer:
+        writer.write(result.run)
+        for e in result.epochs:
+            writer.write(e)
+        for a in result.agents:
+            writer.write(a)
+    return path
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text)
+
+
+def run_many(
+    specs: Sequence[SimSpec],
+    processes: int | None = None,
+    on_done: Callable[[SimResult], None] | None = None,
+) -> list[SimResult]:
+    """Run ``specs`` in parallel processes (in-process when one), in input order."""
+    workers = min(len(specs), processes or os.cpu_count() or 1)
+    if workers <= 1:
+        results = []
+        for spec in specs:
+            results.append(run_sim(spec))
+            if on_done is not None:
+                on_done(results[-1])
+        return results
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(run_sim, spec) for spec in specs]
+        out: list[SimResult] = []
+        for fut in futures:
+            out.append(fut.result())
+            if on_done is not None:
+                on_done(out[-1])
+        return out

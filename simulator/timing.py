@@ -1,0 +1,162 @@
+"""Per-step latency of one vLLM V1 engine step under a locked SM clock.
+
+A step's time is the sum of four parts (issue 3, "Timing model with DVFS"):
+
+* ``cpu_s`` — host overhead (scheduling, sampling), independent of the GPU clock;
+* ``fixed_s`` — latency-bound kernels, ∝ 1/f;
+* ``mem_s`` — streaming the weights of the experts the batch touches plus, for
+  decode, the KV cache of every decoding sequence. Memory-bound: nearly flat in
+  the SM clock down to a knee (~0.875 GHz), then ∝ 1/f;
+* ``comp_s`` — prefill GEMMs for uncached tokens plus attention over
+  ``A = t_uc·t_c + t_uc(t_uc+1)/2`` (query, key) pairs. Compute-bound: ∝ 1/min(f, f_cap).
+
+The weight streaming and the prefill GEMMs overlap (roofline): a step pays the
+larger of the two, so a decode batch is memory-bound and a 2048-token prefill
+chunk compute-bound, as on the real GPU.
+
+The MoE weight term uses the expected number of distinct experts a batch of
+``T`` tokens reads, ``E(T) = N·(1 − (1 − k/N)^T)``. Every part is linear in the
+decode context, so a run of pure-decode steps has a closed form
+(:meth:`TimingModel.decode_run`), which is what makes the simulator fast.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.presets import TimingParams
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """Time components of one step, or sums over a run of steps (seconds)."""
+
+    cpu_s: float
+    fixed_s: float
+    mem_s: float
+    comp_s: float
+
+    @property
+    def time_s(self) -> float:
+        return self.cpu_s + self.fixed_s + self.mem_s + self.comp_s
+
+
+def attention_pairs(uncached_tokens: int, cached_tokens: int) -> int:
+    """``A = t_uc·t_c + t_uc(t_uc+1)/2`` for one prefill chunk."""
+    return uncached_tokens * cached_tokens + uncached_tokens * (uncached_tokens + 1) // 2
+
+
+class TimingModel:
+    """Latency of engine steps for one preset; pure and cheap to call."""
+
+    def __init__(self, params: TimingParams) -> None:
+        self.params = params
+        p = params
+        self._weight_s_per_byte = 1.0 / (p.mem_bw_bytes_s * p.weight_bw_efficiency)
+        self._kv_s_per_token = p.kv_bytes_per_token / (p.mem_bw_bytes_s * p.kv_bw_efficiency)
+        self._miss = 1.0 - p.experts_per_token / p.num_experts
+        self._expert_cache: dict[int, float] = {}
+
+    def distinct_experts(self, tokens: int) -> float:
+        """``E(T) = N·(1 − (1 − k/N)^T)``: expected experts read per layer."""
+        cached = self._expert_cache.get(tokens)
+        if cached is None:
+            n = self.params.num_experts
+            cached = n * (1.0 - self._miss**tokens) if tokens > 0 else 0.0
+            if len(self._expert_cache) < 20_000:
+                self._expert_cache[tokens] = cached
+        return cached
+
+    def mem_slowdown(self, clock_mhz: float) -> float:
+        """Memory-bound kernels: ~flat above the knee, ∝ 1/f below it."""
+        p = self.params
+        f = max(clock_mhz, 1.0)
+        if f >= p.mem_knee_mhz:
+            return 1.0 + p.mem_slope_above_knee * (p.ref_clock_mhz / f - 1.0)
+        at_knee = 1.0 + p.mem_slope_above_knee * (p.ref_clock_mhz / p.mem_knee_mhz - 1.0)
+        return at_knee * p.mem_knee_mhz / f
+
+    def compute_slowdown(self, clock_mhz: float) -> float:
+        """Compute-bound kernels: ∝ 1/min(f, f_cap), 1 at the reference clock."""
+        p = self.params
+        return p.ref_clock_mhz / min(max(clock_mhz, 1.0), p.compute_cap_mhz)
+
+    def weight_s(self, tokens: int) -> float:
+        p = self.params
+        if tokens <= 0:
+            return 0.0
+        volume = p.base_weight_bytes + self.distinct_experts(tokens) * p.expert_weight_bytes
+        return volume * self._weight_s_per_byte
+
+    def step(
+        self,
+        clock_mhz: float,
+        *,
+        decode_seqs: int,
+        decode_context_tokens: int,
+        prefill_tokens: int,
+        attn_pairs: int,
+    ) -> StepCost:
+        """Cost of one step: ``decode_seqs`` sequences reading ``decode_context_tokens``
+        of KV in total, plus prefill chunks of ``prefill_tokens`` with ``attn_pairs``."""
+        p = self.params
+        sm = self.mem_slowdown(clock_mhz)
+        sc = self.compute_slowdown(clock_mhz)
+        weights = self.weight_s(decode_seqs + prefill_tokens) * sm
+        gemm = prefill_tokens * p.prefill_s_per_token * sc
+        mem = decode_context_tokens * self._kv_s_per_token * sm
+        comp = attn_pairs * p.attn_s_per_pair * sc
+        # Roofline for the expert/linear GEMMs: streaming the weights and the
+        # prefill FLOPs overlap, so the slower of the two sets the time.
+        if gemm >= weights:
+            comp += gemm
+        else:
+            mem += weights
+        return StepCost(p.cpu_overhead_s, p.gpu_fixed_s * sc, mem, comp)
+
+    def decode_coeffs(
+        self, clock_mhz: float, seqs: int, context_tokens: int
+    ) -> tuple[float, float, float]:
+        """For a pure-decode run: ``(const_s, mem0_s, dmem_s)`` such that step ``k``
+        (0-based) takes ``const_s + mem0_s + k·dmem_s`` seconds, all in ``mem_s``
+        except ``const_s`` (cpu + fixed)."""
+        p = self.params
+        sm = self.mem_slowdown(clock_mhz)
+        const = p.cpu_overhead_s + p.gpu_fixed_s * self.compute_slowdown(clock_mhz)
+        mem0 = (self.weight_s(seqs) + context_tokens * self._kv_s_per_token) * sm
+        dmem = seqs * self._kv_s_per_token * sm
+        return const, mem0, dmem
+
+    def decode_run(self, clock_mhz: float, seqs: int, context_tokens: int, steps: int) -> StepCost:
+        """Summed cost of ``steps`` decode steps; each adds one token per sequence."""
+        p = self.params
+        sc = self.compute_slowdown(clock_mhz)
+        _, mem0, dmem = self.decode_coeffs(clock_mhz, seqs, context_tokens)
+        mem = steps * mem0 + dmem * steps * (steps - 1) / 2.0
+        return StepCost(steps * p.cpu_overhead_s, steps * p.gpu_fixed_s * sc, mem, 0.0)
+
+    def decode_steps_before(
+        self, clock_mhz: float, seqs: int, context_tokens: int, budget_s: float
+    ) -> int:
+        """Number of decode steps that *start* strictly within ``budget_s`` from now."""
+        if budget_s <= 0.0:
+            return 0
+        const, mem0, dmem = self.decode_coeffs(clock_mhz, seqs, context_tokens)
+        a = const + mem0
+        # elapsed(k) = k·a + dmem·k(k−1)/2; steps 0..K−1 start before budget iff
+        # elapsed(K−1) < budget. Solve the quadratic, then fix rounding.
+        if dmem <= 0.0:
+            k = int(budget_s / a) + 1
+        else:
+            b = a - dmem / 2.0
+            k = int((-b + math.sqrt(b * b + 2.0 * dmem * budget_s)) / dmem) + 1
+        while k > 0 and self._elapsed(a, dmem, k - 1) >= budget_s:
+            k -= 1
+        while self._elapsed(a, dmem, k) < budget_s:
+            k += 1
+        return k
+
+    @staticmethod
+    def _elapsed(a: float, dmem: float, k: int) -> float:
+        return k * a + dmem * k * (k - 1) / 2.0

@@ -1,0 +1,126 @@
+"""End to end on CPU: fake vLLMs, kairosd daemons, the router and agents
+launched through id-tracker, as real processes on 127.0.0.1 (a short version of
+``make demo``). Asserts that every component did its job."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from reporting.records import AgentRecord, EpochRecord, read_records
+from simulator.demo_run import DemoConfig, PolicyResult, run_policy
+from simulator.workload import AgentProgram, Turn
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+
+def _agent(
+    name: str, prompt: int, growth: int, turns: int, think_s: float, output: int = 100
+) -> AgentProgram:
+    """An agent whose context grows by ``growth`` tokens a turn (fully reused prefix)."""
+    out = []
+    for k in range(turns):
+        p = prompt + k * growth
+        shared = 0 if k == 0 else p - growth + output
+        out.append(
+            Turn(
+                prompt_tokens=p,
+                shared_prefix_tokens=min(shared, p),
+                output_tokens=output,
+                think_s=think_s,
+            )
+        )
+    return AgentProgram(agent_id=name, turns=tuple(out))
+
+
+def scripted_arrivals() -> list[tuple[float, AgentProgram]]:
+    """Three phases on two 48k-token caches (simulated seconds):
+
+    * 0–10 s: six large agents (≈17–20k tokens each) fill both caches past β;
+    * 30 s: a burst of three small agents arrives while both instances defer:
+      they must be held, then admitted once the large agents finish;
+    * 90–250 s: moderate load (a few small, busy agents), where KAIROS can lower
+      the clock and save energy against no-control on the same arrivals.
+    """
+    fill = [(2.0 * i, _agent(f"fill-{i}", 17_000, 800, 4, 8.0)) for i in range(6)]
+    burst = [(30.0 + i, _agent(f"burst-{i}", 5_000, 400, 4, 5.0)) for i in range(3)]
+    light = [
+        (90.0 + 16.0 * i, _agent(f"light-{i}", 3_000, 400, 8, 1.0, output=300)) for i in range(10)
+    ]
+    return fill + burst + light
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, PolicyResult]:
+    # Small KV caches (48k tokens per instance) so few agents reach pressure.
+    cfg = DemoConfig(
+        out_dir=tmp_path_factory.mktemp("e2e"),
+        window_s=300.0,
+        drain_s=60.0,
+        speedup=20.0,
+        seed=3,
+        kv_capacity_tokens=48_000,
+    )
+    arrivals = scripted_arrivals()
+
+    async def both() -> dict[str, PolicyResult]:
+        return {p: await run_policy(cfg, p, arrivals) for p in ("no-control", "kairos")}
+
+    return asyncio.run(both())
+
+
+def test_agents_were_tagged_and_accounted(runs: dict[str, PolicyResult]) -> None:
+    for res in runs.values():
+        assert res.driver.launched == 19
+        names = {a.name for a in res.agents}
+        launched = set(res.driver.exit_codes) | set(res.driver.terminated_at_deadline)
+        # every agent that finished has a router record under its id-tracker name
+        finished = {aid for aid, code in res.driver.exit_codes.items() if code == 0}
+        assert finished and finished <= names <= launched
+        done = [a for a in res.agents if a.exit_code == 0]
+        assert all(a.turns > 0 and a.decode_tokens > 0 and a.instances for a in done)
+
+
+def test_clocks_moved_under_kairos_and_stayed_max_without_control(
+    runs: dict[str, PolicyResult],
+) -> None:
+    assert len(runs["no-control"].clocks_mhz) == 1
+    assert len(runs["kairos"].clocks_mhz) >= 3
+
+
+def test_admission_happened_under_pressure(runs: dict[str, PolicyResult]) -> None:
+    kairos = runs["kairos"]
+    assert kairos.max_pending >= 1
+    assert kairos.admitted >= 1
+    assert max(e.usage_tokens / e.capacity_tokens for e in kairos.epochs) > 0.9
+
+
+def test_kairos_uses_less_energy_on_the_same_arrivals(runs: dict[str, PolicyResult]) -> None:
+    base, kairos = runs["no-control"].summary, runs["kairos"].summary
+    assert kairos.energy_j < base.energy_j
+    assert kairos.avg_power_w < base.avg_power_w
+
+
+def test_reports_parse_with_kairos_report(runs: dict[str, PolicyResult]) -> None:
+    workdir = runs["kairos"].workdir
+    paths = [*sorted(workdir.glob("kairosd-*.jsonl")), workdir / "agents.jsonl"]
+    records = list(read_records(paths))
+    assert any(isinstance(r, EpochRecord) for r in records)
+    assert any(isinstance(r, AgentRecord) for r in records)
+    kairos_cli = Path(sys.executable).parent / "kairos"
+    out = subprocess.run(
+        [str(kairos_cli), "report", "--json", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    obj = json.loads(out.stdout)
+    row = obj[0] if isinstance(obj, list) else obj
+    assert row["policy"] == "kairos" and row["avg_power_w"] > 0
+    assert runs["kairos"].plot is not None and runs["kairos"].plot.stat().st_size > 0

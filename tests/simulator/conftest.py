@@ -1,0 +1,53 @@
+"""Shared builders for simulator tests: a real engine on a small KV cache."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from simulator.engine import Engine
+from simulator.engine_types import EngineEvent
+from simulator.gpu import SimulatedGpu
+from simulator.power import PowerModel
+from simulator.presets import Preset, get_preset
+from simulator.timing import TimingModel
+
+DATA = Path(__file__).parent / "data"
+
+
+def small_preset(kv_tokens: int = 4096, max_seqs: int = 256, budget: int = 8192) -> Preset:
+    p = get_preset()
+    return dataclasses.replace(
+        p,
+        engine=dataclasses.replace(
+            p.engine,
+            kv_capacity_tokens=kv_tokens,
+            max_model_len=kv_tokens,
+            max_num_seqs=max_seqs,
+            max_num_batched_tokens=budget,
+        ),
+    )
+
+
+def make_engine(preset: Preset | None = None, **kw: bool) -> Engine:
+    p = preset or get_preset()
+    return Engine(p.engine, TimingModel(p.timing), PowerModel(p.power), SimulatedGpu(p.gpu), **kw)
+
+
+def drain(engine: Engine, limit_s: float = 1e6) -> list[EngineEvent]:
+    """Run the engine until idle (bounded), returning every event."""
+    events: list[EngineEvent] = []
+    for _ in range(1_000_000):
+        t = engine.next_event_time()
+        if t is None or t > limit_s:
+            return events
+        events.extend(engine.advance_to(t))
+    raise AssertionError("engine did not go idle")
+
+
+@pytest.fixture
+def engine_factory() -> Callable[..., Engine]:
+    return make_engine

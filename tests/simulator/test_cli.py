@@ -1,0 +1,99 @@
+"""``kairos sim`` as a user runs it: JSON contract, compare, records, plots, errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from kairos_cli.main import build_app
+from tests.simulator.conftest import DATA
+
+SPEC_KEYS = {
+    "policy",
+    "avg_power_w",
+    "energy_j",
+    "energy_per_output_token_j",
+    "p5_agent_throughput_tok_s",
+    "slo_attainment",
+    "job_throughput_per_s",
+    "completed_agents",
+    "preemptions",
+    "recomputed_tokens",
+    "boost_fraction",
+    "mean_pending_s",
+}
+
+
+def test_compare_json_list_with_spec_keys_records_and_plots(tmp_path: Path) -> None:
+    out = tmp_path / "o"
+    res = CliRunner().invoke(
+        build_app(),
+        [
+            "sim", "--compare", "no-control,fixed:810,kairos", "--duration-s", "900",
+            "--rate", "0.08", "--seed", "3", "--out", str(out), "--processes", "1", "--json",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    objs = json.loads(res.stdout)
+    assert [o["policy"] for o in objs] == ["no-control", "fixed:810", "kairos"]
+    for o in objs:
+        assert set(o) >= SPEC_KEYS
+    assert objs[1]["avg_power_w"] < objs[0]["avg_power_w"]
+    names = {p.name for p in out.iterdir()}
+    assert {"no-control.jsonl", "fixed-810.jsonl", "kairos.jsonl", "compare.png"} <= names
+    assert (out / "kairos.png").stat().st_size > 10_000
+
+
+def test_single_policy_table_on_trace_sample(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        build_app(),
+        [
+            "sim", "--workload", f"trace:{DATA / 'claude-code-sample.jsonl'}",
+            "--policy", "kairos", "--rate", "0.005", "--duration-s", "600",
+            "--out", str(tmp_path), "--no-plots",
+        ],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert "policy" in res.stdout and "kairos" in res.stdout
+    assert (tmp_path / "kairos.jsonl").exists()
+
+
+def test_single_policy_json_is_an_object(tmp_path: Path) -> None:
+    res = CliRunner().invoke(
+        build_app(),
+        ["sim", "--policy", "no-control", "--duration-s", "300", "--out", str(tmp_path),
+         "--no-plots", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["policy"] == "no-control"
+
+
+def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
+    app = build_app()
+    for args, needle in (
+        (["--policy", "warp-speed"], "unknown policy"),
+        (["--workload", "bogus"], "unknown workload"),
+        (["--placement", "random"], "unknown placement"),
+        (["--rate", "-1"], "--rate"),
+        (["--workload", f"trace:{tmp_path / 'missing.jsonl'}"], "cannot read trace"),
+    ):
+        res = CliRunner().invoke(
+            app, ["sim", *args, "--duration-s", "60", "--out", str(tmp_path), "--no-plots"]
+        )
+        assert res.exit_code == 2, (args, res.output)
+        assert needle in res.output, (args, res.output)
+
+
+def test_config_file_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "sim.toml"
+    cfg.write_text('policy = "fixed:900"\nduration_s = 120.0\nplots = false\n')
+    monkeypatch.setenv("KAIROS_SIM_SEED", "5")
+    res = CliRunner().invoke(
+        build_app(), ["sim", "--config", str(cfg), "--out", str(tmp_path), "--json"]
+    )
+    assert res.exit_code == 0, res.output
+    obj = json.loads(res.stdout)
+    assert obj["policy"] == "fixed:900" and obj["seed"] == 5 and obj["duration_s"] == 120.0

@@ -1,0 +1,178 @@
+"""Invariants of the vLLM V1 engine model: conservation, scheduling order,
+preemption, prefix reuse, closed-form fast-forward, reproducibility."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from simulator.engine import Engine
+from simulator.engine_types import (
+    EngineRequest,
+    FirstToken,
+    Preempted,
+    RequestFinished,
+    RequestRejected,
+    TokenProgress,
+)
+from tests.simulator.conftest import drain, make_engine, small_preset
+
+
+def _blocks_conserved(e: Engine) -> None:
+    owned = sum(s.blocks for s in e.running)
+    assert e.kv.free_blocks >= 0 and e.kv.cached_blocks >= 0
+    assert e.kv.free_blocks + e.kv.cached_blocks + owned == e.kv.total_blocks
+    assert e.kv.cached_blocks == sum(e.kv.cached_contexts().values())
+    for s in e.running:
+        assert s.blocks == -(-s.computed // e.kv.block_size)
+
+
+def test_block_and_token_conservation_under_random_load() -> None:
+    rng = random.Random(7)
+    e = make_engine(small_preset(kv_tokens=8192))
+    outputs = {}
+    t = 0.0
+    for i in range(60):
+        t += rng.expovariate(5.0)
+        prompt, out = rng.randint(50, 2500), rng.randint(1, 200)
+        outputs[f"r{i}"] = out
+        e.advance_to(t)
+        _blocks_conserved(e)
+        e.submit(EngineRequest(f"r{i}", prompt, out, t, cache_key=f"a{i % 7}"))
+    finished = [ev for ev in drain(e) if isinstance(ev, RequestFinished)]
+    _blocks_conserved(e)
+    assert {f.request_id for f in finished} | set() <= set(outputs)
+    done = {f.request_id: f for f in finished}
+    assert sum(f.output_tokens for f in done.values()) == sum(outputs[r] for r in done)
+    assert e.counters.generation_tokens >= sum(outputs[r] for r in done)
+    assert e.kv.free_blocks + e.kv.cached_blocks == e.kv.total_blocks  # idle: nothing owned
+
+
+def test_no_starvation_every_request_finishes_under_memory_pressure() -> None:
+    e = make_engine(small_preset(kv_tokens=4096))
+    for i in range(20):
+        e.submit(EngineRequest(f"r{i}", 900, 300, 0.0, cache_key=f"a{i}"))
+    events = drain(e)
+    finished = {ev.request_id for ev in events if isinstance(ev, RequestFinished)}
+    assert finished == {f"r{i}" for i in range(20)}
+    assert e.counters.preemptions > 0  # the pressure was real
+    assert not e.running and not e.waiting
+
+
+def test_preemption_takes_most_recently_admitted_first() -> None:
+    # Four requests fill the cache while decoding; the last admitted is preempted.
+    e = make_engine(small_preset(kv_tokens=1024))
+    for i in range(4):
+        e.submit(EngineRequest(f"r{i}", 240, 200, 0.0, cache_key=f"a{i}"))
+    events = drain(e)
+    preempted = [ev.request_id for ev in events if isinstance(ev, Preempted)]
+    assert preempted, "expected preemption"
+    assert preempted[0] == "r3"
+    finishes = [ev.request_id for ev in events if isinstance(ev, RequestFinished)]
+    assert finishes.index("r0") < finishes.index("r3")
+
+
+def test_prefix_reuse_when_resident_and_recompute_when_evicted() -> None:
+    e = make_engine(small_preset(kv_tokens=16384))
+    e.submit(EngineRequest("t1", 3000, 100, 0.0, cache_key="agent"))
+    drain(e)
+    e.submit(EngineRequest("t2", 3600, 50, 100.0, cache_key="agent", shared_prefix_tokens=3100))
+    (fin,) = [ev for ev in drain(e) if isinstance(ev, RequestFinished)]
+    assert fin.cached_tokens == 3099 // 16 * 16  # full blocks of the resident context
+    assert e.counters.recomputed_tokens == 0
+    # Another agent fills the cache: the idle context is evicted (LRU), then recomputed.
+    e.submit(EngineRequest("big", 16000, 10, 200.0, cache_key="other"))
+    drain(e)
+    assert e.counters.evicted_tokens > 0
+    e.submit(EngineRequest("t3", 4000, 10, 300.0, cache_key="agent", shared_prefix_tokens=3649))
+    (fin3,) = [ev for ev in drain(e) if isinstance(ev, RequestFinished)]
+    assert fin3.cached_tokens < 3600
+    assert e.counters.recomputed_tokens >= 3600 - fin3.cached_tokens - 16
+
+
+def test_eviction_keeps_prefix_and_takes_lru_context_first() -> None:
+    e = make_engine(small_preset(kv_tokens=4096))
+    e.submit(EngineRequest("old", 1600, 1, 0.0, cache_key="old"))
+    drain(e)
+    e.submit(EngineRequest("new", 1600, 1, 10.0, cache_key="new"))
+    drain(e)
+    e.submit(EngineRequest("x", 1600, 1, 20.0, cache_key="x"))
+    drain(e)
+    cached = e.kv.cached_contexts()
+    assert cached["new"] == 100 and cached["x"] == 100
+    assert 0 < cached.get("old", 0) < 100  # partly evicted from its tail
+
+
+def test_fast_forward_equals_stepwise_and_external_cuts_do_not_change_results() -> None:
+    def run(cut_every: float | None) -> list[tuple[str, float]]:
+        e = make_engine(small_preset(kv_tokens=65536))
+        for i in range(5):
+            e.submit(EngineRequest(f"r{i}", 500 + 300 * i, 400 + 50 * i, 0.0, cache_key=f"a{i}"))
+        out: list[tuple[str, float]] = []
+        if cut_every is None:
+            evs = drain(e)
+        else:
+            evs = []
+            t = 0.0
+            while e.next_event_time() is not None:
+                t += cut_every
+                evs.extend(e.advance_to(t))
+        out = [(ev.request_id, ev.t_s) for ev in evs if isinstance(ev, RequestFinished)]
+        return sorted(out)
+
+    a, b = run(None), run(0.0137)
+    assert [r for r, _ in a] == [r for r, _ in b]
+    for (_, ta), (_, tb) in zip(a, b, strict=True):
+        assert abs(ta - tb) < 1e-9
+
+
+def test_progress_events_stream_every_token_count() -> None:
+    e = make_engine(small_preset(kv_tokens=8192), emit_progress=True)
+    e.submit(EngineRequest("r", 100, 50, 0.0))
+    events = drain(e)
+    first = [ev for ev in events if isinstance(ev, FirstToken)]
+    prog = [ev for ev in events if isinstance(ev, TokenProgress)]
+    assert len(first) == 1 and prog[-1].generated_tokens == 50
+    assert all(a.t_s <= b.t_s for a, b in itertools.pairwise(prog))
+
+
+def test_reject_request_longer_than_cache() -> None:
+    e = make_engine(small_preset(kv_tokens=1024))
+    e.submit(EngineRequest("huge", 2000, 10, 0.0))
+    assert isinstance(e.poll_events()[0], RequestRejected)
+    assert e.next_event_time() is None
+
+
+def test_abort_releases_blocks() -> None:
+    e = make_engine(small_preset(kv_tokens=8192))
+    e.submit(EngineRequest("r", 1000, 500, 0.0, cache_key="a"))
+    e.advance_to(0.5)
+    assert e.abort("r", 0.5)
+    drain(e)
+    assert not e.running and e.kv.free_blocks + e.kv.cached_blocks == e.kv.total_blocks
+    assert not [ev for ev in e.poll_events() if isinstance(ev, RequestFinished)]
+
+
+def test_energy_is_integrated_over_idle_and_busy_time() -> None:
+    e = make_engine()
+    e.advance_to(10.0)
+    assert abs(e.gpu.energy_j - 10.0 * e.power.params.idle_w) < 1e-9
+    e.submit(EngineRequest("r", 2000, 100, 10.0))
+    drain(e)
+    busy_end = e.now_s
+    e.advance_to(busy_end + 5.0)
+    idle = e.power.params.idle_w
+    busy_energy = e.gpu.energy_j - 15.0 * idle + idle * (busy_end - 10.0)
+    assert busy_energy / (busy_end - 10.0) > idle + 100.0
+    assert abs(e.energy_j_at(busy_end + 5.0) - e.gpu.energy_j) < 1e-9
+
+
+def test_reproducible() -> None:
+    def once() -> list[tuple[str, float]]:
+        rng = random.Random(3)
+        e = make_engine(small_preset(kv_tokens=4096))
+        for i in range(30):
+            e.submit(EngineRequest(f"r{i}", rng.randint(10, 900), rng.randint(1, 90), i * 0.05))
+        return [(ev.request_id, ev.t_s) for ev in drain(e) if isinstance(ev, RequestFinished)]
+
+    assert once() == once()
