@@ -21,7 +21,7 @@ from controllers.placement import (
     RoundRobin,
     make_placement,
 )
-from controllers.registry import make_controller
+from controllers.registry import levels_for, make_controller
 from controllers.types import (
     AgentView,
     ControlDecision,
@@ -50,6 +50,7 @@ __all__ = [
     "ReassignmentRule",
     "RoundRobin",
     "UnknownPolicyError",
+    "levels_for",
     "make_controller",
     "make_placement",
 ]

@@ -13,6 +13,15 @@ from dataclasses import dataclass
 
 from controllers.errors import InvalidSnapshotError
 
+DEFAULT_FLOOR_MHZ = 660
+"""Lowest clock adaptive policies use by default: the bottom of the paper's
+Fig. 4 sweep. Below it the simulated H100 thrashes at the paper's load and even
+light work loses more throughput than it saves power (docs/simulator.md)."""
+DEFAULT_NUM_LEVELS = 8
+"""Levels adaptive policies use by default (≈160 MHz apart on an H100): fine
+enough for Eq. 9's linear map, coarse enough that a one-agent change in context
+does not move the clock."""
+
 
 @dataclass(frozen=True, slots=True)
 class FrequencyLevels:

@@ -8,14 +8,36 @@ the simulator and reports accept the same names.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from controllers.baselines import FixedClock, NoControl
 from controllers.errors import UnknownPolicyError
-from controllers.frequency import FrequencyLevels
+from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS, FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
 from controllers.types import Controller
 
 POLICY_NAMES = ("kairos", "kairos-no-ta", "no-control", "fixed:MHZ")
+
+
+def levels_for(
+    policy: str,
+    supported_mhz: Iterable[int],
+    *,
+    floor_mhz: int | None = DEFAULT_FLOOR_MHZ,
+    ceiling_mhz: int | None = None,
+    num_levels: int | None = DEFAULT_NUM_LEVELS,
+) -> FrequencyLevels:
+    """The clock levels ``policy`` controls, from the clocks a GPU supports.
+
+    Adaptive policies use the configured range and number of levels; the
+    fixed-clock and no-control baselines see every supported clock, so
+    ``fixed:900`` really locks 900 MHz and no-control runs the true maximum.
+    """
+    if policy.startswith("fixed:") or policy == "no-control":
+        return FrequencyLevels.from_supported(supported_mhz)
+    return FrequencyLevels.from_supported(
+        supported_mhz, floor_mhz=floor_mhz, ceiling_mhz=ceiling_mhz, num_levels=num_levels
+    )
 
 
 def make_controller(

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS
 from controllers.kairos import KairosConfig
 from kairos_common.config import load_config
 
@@ -38,9 +39,9 @@ class KairosdConfig:
     stale_epochs: int = 3
     http_timeout_s: float = 1.0
     gpu_timeout_s: float = 1.0
-    floor_mhz: int | None = None
+    floor_mhz: int | None = DEFAULT_FLOOR_MHZ
     ceiling_mhz: int | None = None
-    num_levels: int | None = None
+    num_levels: int | None = DEFAULT_NUM_LEVELS
     capacity_tokens: int | None = None
     listen_host: str = "127.0.0.1"
     listen_port: int | None = 9470

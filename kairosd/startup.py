@@ -6,8 +6,7 @@ from __future__ import annotations
 import aiohttp
 import structlog
 
-from controllers.frequency import FrequencyLevels
-from controllers.registry import make_controller
+from controllers.registry import levels_for, make_controller
 from controllers.types import Controller
 from kairosd.config import KairosdConfig
 from kairosd.errors import GpuPermissionError
@@ -64,7 +63,8 @@ async def prepare_backend(backend: GpuBackend, *, require_control: bool) -> GpuB
 
 async def build_controller(backend: GpuBackend, config: KairosdConfig) -> Controller:
     """Frequency levels from the GPU's own clock list, then the named policy."""
-    levels = FrequencyLevels.from_supported(
+    levels = levels_for(
+        config.policy,
         await backend.supported_clocks_mhz(),
         floor_mhz=config.floor_mhz,
         ceiling_mhz=config.ceiling_mhz,

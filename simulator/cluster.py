@@ -37,6 +37,7 @@ from controllers import (
     PlacementRequest,
     ReassignmentConfig,
     ReassignmentRule,
+    levels_for,
     make_controller,
     make_placement,
 )
@@ -73,12 +74,10 @@ def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
     """Levels a policy controls: the configured KAIROS range for adaptive
     policies; every supported clock for fixed/no-control baselines (so
     ``fixed:900`` really locks 900 MHz)."""
-    clocks = preset.gpu.supported_clocks_mhz
-    if policy.startswith("fixed:") or policy == "no-control":
-        return FrequencyLevels.from_supported(clocks)
     c = preset.control
-    return FrequencyLevels.from_supported(
-        clocks,
+    return levels_for(
+        policy,
+        preset.gpu.supported_clocks_mhz,
         floor_mhz=c.levels_floor_mhz,
         ceiling_mhz=c.levels_ceiling_mhz,
         num_levels=c.num_levels,

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS
 from simulator.errors import PresetError
 
 
@@ -101,9 +102,9 @@ class ControlParams:
     """Control-plane defaults used by ``kairos sim`` (same meaning as the daemon's)."""
 
     epoch_s: float = 5.0
-    levels_floor_mhz: int | None = 660
+    levels_floor_mhz: int | None = DEFAULT_FLOOR_MHZ
     levels_ceiling_mhz: int | None = None
-    num_levels: int | None = 8
+    num_levels: int | None = DEFAULT_NUM_LEVELS
 
 
 @dataclass(frozen=True, slots=True)

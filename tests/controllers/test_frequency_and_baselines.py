@@ -9,6 +9,7 @@ from controllers import (
     InvalidSnapshotError,
     NoControl,
     UnknownPolicyError,
+    levels_for,
     make_controller,
 )
 from controllers.types import AgentView
@@ -65,6 +66,20 @@ def test_fixed_clock_snaps_to_supported_level() -> None:
     d = ctrl.decide(_pending_snapshot())
     assert d.clock_mhz == 900 and d.level == 2 and ctrl.name == "fixed:900"
     assert d.admit == ("a", "b")
+
+
+def test_levels_for_adaptive_policies_and_baselines() -> None:
+    adaptive = levels_for("kairos", H100)
+    assert adaptive.count == 8 and adaptive.min_mhz == 660 and adaptive.max_mhz == 1980
+    assert levels_for("kairos", H100, floor_mhz=None, num_levels=None).count == len(H100)
+    for baseline in ("no-control", "fixed:900"):
+        assert levels_for(baseline, H100).clocks_mhz == tuple(H100)
+    assert (
+        make_controller("fixed:900", levels_for("fixed:900", H100))
+        .decide(InstanceSnapshot(now_s=0, epoch=0, capacity_tokens=1))
+        .clock_mhz
+        == 900
+    )
 
 
 def test_registry_names() -> None:
