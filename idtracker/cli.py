@@ -1,18 +1,192 @@
-"""``id-tracker`` command line."""
+"""``id-tracker`` command line: ``id-tracker [OPTIONS] -- CMD [ARGS]...``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
+import structlog
 import typer
 
-app = typer.Typer(help="Launch an agent under a Kairos identity: id-tracker -- CMD ARGS…")
+from idtracker import config as config_mod
+from idtracker.errors import ConfigurationError, IdTrackerError, RegistrationError
+from idtracker.supervisor import SignalGate
+from kairos_common.logs import configure_logging
+
+# Nothing imported above may start a thread: signals are blocked per thread, and a
+# thread created before SignalGate.block() (numpy's OpenBLAS pool, pulled in via
+# kairos_common.wire → controllers) would keep SIGTERM & co. unblocked and let the
+# kernel deliver them there — killing id-tracker instead of reaching sigwaitinfo.
+# idtracker.launch is therefore imported only after the block, inside run().
+
+HELP = (
+    "Launch an agent program under a fresh Kairos agent identity.\n\n"
+    "Registers the agent with the Kairos router, runs CMD with OPENAI_BASE_URL (and the "
+    "LiteLLM / Anthropic equivalents) pointing at the router and an API key that carries "
+    "the identity, forwards signals, reports the agent's end, and exits with CMD's status.\n\n"
+    "Exit status: CMD's own (128+N if signal N killed it). Before CMD runs: 69 router "
+    "unreachable, 76 unexpected router reply, 77 control token refused, 78 bad "
+    "configuration, 126/127 CMD not executable / not found. See docs/idtracker.md."
+)
+
+app = typer.Typer(
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
+)
 
 
-@app.command()
-def launch() -> None:
+@app.command(help=HELP, no_args_is_help=True)
+def run(
+    cmd: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="-- CMD [ARGS]...",
+            help="The agent program and its arguments (put them after --).",
+            show_default=False,
+        ),
+    ],
+    router_url: Annotated[
+        str | None,
+        typer.Option(
+            "--router-url",
+            help="Router base URL, e.g. http://127.0.0.1:24157 (a trailing /v1 is accepted). "
+            "Env KAIROS_ROUTER_URL; default http://127.0.0.1:24157.",
+            show_default=False,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Agent name shown by the router (default: from CMD)."),
+    ] = None,
+    slo: Annotated[
+        float | None,
+        typer.Option(
+            "--slo",
+            help="This agent's throughput SLO in decode tokens/s (default: the router's).",
+        ),
+    ] = None,
+    fail_open: Annotated[
+        bool | None,
+        typer.Option(
+            "--fail-open/--fail-closed",
+            help="If the router cannot register the agent, run CMD anyway, UNTAGGED and with "
+            "an unchanged environment (a warning says so), instead of exiting 69/76/77. "
+            "Env KAIROS_FAIL_OPEN. Default: fail closed.",
+            show_default=False,
+        ),
+    ] = None,
+    control_token: Annotated[
+        str | None,
+        typer.Option(
+            "--control-token",
+            help="Bearer token for the router's control API. Visible in `ps`: prefer "
+            "KAIROS_CONTROL_TOKEN or --control-token-file.",
+            show_default=False,
+        ),
+    ] = None,
+    control_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--control-token-file",
+            help="File holding the control token (env KAIROS_CONTROL_TOKEN_FILE); exported "
+            "to CMD so nested id-trackers find it.",
+            show_default=False,
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            help="TOML config file (env KAIROS_IDTRACKER_CONFIG; default "
+            "~/.config/kairos/id-tracker.toml or /etc/kairos/id-tracker.toml if present).",
+            show_default=False,
+        ),
+    ] = None,
+    start_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--start-timeout-s",
+            help="How long to retry agent registration before giving up. Default 5.",
+            show_default=False,
+        ),
+    ] = None,
+    end_timeout_s: Annotated[
+        float | None,
+        typer.Option(
+            "--end-timeout-s",
+            help="How long to retry reporting the agent's end (backoff) before warning and "
+            "exiting with CMD's status anyway. Default 15.",
+            show_default=False,
+        ),
+    ] = None,
+    kill_grace_s: Annotated[
+        float | None,
+        typer.Option(
+            "--kill-grace-s",
+            help="After forwarding SIGTERM, how long CMD may take to exit before SIGKILL. "
+            "Default 10.",
+            show_default=False,
+        ),
+    ] = None,
+    log_level: Annotated[
+        str | None,
+        typer.Option(
+            "--log-level",
+            help="id-tracker's own log level on stderr (env KAIROS_LOG_LEVEL). Default "
+            "warning, so a healthy run prints nothing.",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
     """Launch CMD under a new agent identity."""
-    typer.echo("id-tracker: not implemented yet", err=True)
-    raise typer.Exit(2)
+    gate = SignalGate()
+    gate.block()  # first: threads started from here on inherit the blocked mask
+    from idtracker.launch import LaunchRequest, launch  # see the note at the imports
+
+    configure_logging(log_level or "warning")
+    log = structlog.get_logger()
+    try:
+        if slo is not None and not slo > 0:
+            raise ConfigurationError(f"--slo must be a positive number of tokens/s, got {slo}")
+        cfg = config_mod.load(
+            path=config,
+            overrides={
+                "router_url": router_url,
+                "fail_open": fail_open,
+                "control_token": control_token,
+                "control_token_file": control_token_file,
+                "start_timeout_s": start_timeout_s,
+                "end_timeout_s": end_timeout_s,
+                "kill_grace_s": kill_grace_s,
+                "log_level": log_level,
+            },
+        )
+        configure_logging(cfg.log_level)
+        req = LaunchRequest(
+            cmd=list(cmd),
+            router_url=config_mod.normalise_router_url(cfg.router_url),
+            name=name,
+            slo_tok_s=slo,
+            fail_open=cfg.fail_open,
+            control_token=config_mod.resolve_control_token(cfg),
+            export_control_token_file=(
+                str(control_token_file.expanduser().resolve()) if control_token_file else None
+            ),
+            start_timeout_s=cfg.start_timeout_s,
+            end_timeout_s=cfg.end_timeout_s,
+            request_timeout_s=cfg.request_timeout_s,
+            kill_grace_s=cfg.kill_grace_s,
+        )
+        code = launch(req, gate)
+    except IdTrackerError as exc:
+        hint = (
+            " (--fail-open runs the agent untagged)" if isinstance(exc, RegistrationError) else ""
+        )
+        log.error(f"id-tracker: {exc}{hint}", exit_code=exc.exit_code)
+        raise typer.Exit(exc.exit_code) from None
+    raise typer.Exit(code)
 
 
 def main() -> None:
-    app()
+    app(prog_name="id-tracker")

@@ -1,0 +1,133 @@
+"""One id-tracker run: register → build the child env → spawn → supervise → report end.
+
+The order matters: signals are blocked by the caller before anything else (so
+none is lost or kills id-tracker half-way), keys are validated before
+registering (a bad inherited key must not leave a registered agent behind), and
+once the agent is registered every path — spawn failure, signal before spawn,
+normal end — reports its end.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import structlog
+
+from idtracker import env as child_env_mod
+from idtracker.errors import RegistrationError, SpawnError
+from idtracker.lifecycle_client import Clock, LifecycleClient
+from idtracker.supervisor import (
+    STOP_SIGNALS,
+    ChildOutcome,
+    SignalGate,
+    spawn,
+    supervise,
+)
+from kairos_common.wire import AgentEnd, AgentStart
+
+log = structlog.get_logger()
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchRequest:
+    """What the CLI resolved from flags, environment and config."""
+
+    cmd: list[str]
+    router_url: str
+    name: str | None = None
+    slo_tok_s: float | None = None
+    fail_open: bool = False
+    control_token: str | None = None
+    export_control_token_file: str | None = None
+    start_timeout_s: float = 5.0
+    end_timeout_s: float = 15.0
+    request_timeout_s: float = 2.0
+    kill_grace_s: float = 10.0
+
+
+def launch(
+    req: LaunchRequest,
+    gate: SignalGate,
+    *,
+    parent_env: Mapping[str, str] | None = None,
+    clock: Clock | None = None,
+) -> int:
+    """Run ``req.cmd`` under a new agent identity; returns the exit status to use.
+
+    ``gate`` must already be blocking — before any thread exists (see cli.py).
+    """
+    parent = dict(os.environ if parent_env is None else parent_env)
+    now = clock or time.monotonic
+    keys = child_env_mod.real_keys(parent)
+    client = LifecycleClient(
+        req.router_url,
+        control_token=req.control_token,
+        request_timeout_s=req.request_timeout_s,
+        clock=now,
+        wait=gate.wait_unless_stopped,
+    )
+    start = _start_message(req, parent)
+    try:
+        started = client.register(start, deadline_s=req.start_timeout_s)
+    except RegistrationError as exc:
+        if not req.fail_open:
+            raise
+        log.warning(
+            "--fail-open: running the agent UNTAGGED (no Kairos identity)",
+            error=str(exc),
+            exit_code_without_fail_open=exc.exit_code,
+        )
+        return _run(req, parent, gate, now).exit_code
+    agent_id = started.agent_id
+    log.info("agent registered", agent_id=agent_id, parent_id=start.parent_id, name=start.name)
+    env = child_env_mod.child_env(
+        parent,
+        router_url=req.router_url,
+        agent_id=agent_id,
+        token=started.token,
+        keys=keys,
+        control_token_file=req.export_control_token_file,
+    )
+    early = gate.wait(0.0, STOP_SIGNALS)  # asked to stop during registration: never start
+    if early is not None:
+        outcome = ChildOutcome(128 + early.si_signo, None, "cancelled")
+    else:
+        try:
+            outcome = _run(req, env, gate, now)
+        except SpawnError as exc:
+            _report_end(client, agent_id, ChildOutcome(exc.exit_code, None, "spawn_failed"), req)
+            raise
+    _report_end(client, agent_id, outcome, req)
+    return outcome.exit_code
+
+
+def _start_message(req: LaunchRequest, parent: Mapping[str, str]) -> AgentStart:
+    """The agent-start body; ``pid`` is id-tracker's, the root of the agent's process tree."""
+    return AgentStart(
+        name=req.name or child_env_mod.default_agent_name(req.cmd),
+        parent_id=child_env_mod.parent_agent_id(parent),
+        slo_tok_s=req.slo_tok_s,
+        pid=os.getpid(),
+    )
+
+
+def _run(req: LaunchRequest, env: dict[str, str], gate: SignalGate, clock: Clock) -> ChildOutcome:
+    proc = spawn(req.cmd, env, gate)
+    outcome = supervise(proc, gate, kill_grace_s=req.kill_grace_s, clock=clock)
+    log.info("agent exited", exit_code=outcome.exit_code, reason=outcome.reason)
+    return outcome
+
+
+def _report_end(
+    client: LifecycleClient, agent_id: str, outcome: ChildOutcome, req: LaunchRequest
+) -> None:
+    end = AgentEnd(exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason)
+    if not client.report_end(agent_id, end, deadline_s=req.end_timeout_s):
+        log.warning(
+            "could not report agent end; the router's idle expiry will retire the agent",
+            agent_id=agent_id,
+            exit_code=outcome.exit_code,
+        )

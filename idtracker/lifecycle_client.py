@@ -1,0 +1,202 @@
+"""Client of the router's agent lifecycle API (``POST /kairos/v1/agents`` and ``…/end``).
+
+Two small blocking calls made with the standard library's ``http.client``:
+id-tracker makes exactly one call before the agent starts and one after it
+ends, so an event loop or a connection pool would only add start-up time to
+every agent launch. Retries are bounded by a deadline on an injected clock, and
+the wait between attempts is injected too: id-tracker passes one that returns
+early when a signal arrives, so Ctrl-C is never stuck behind a retry.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import structlog
+
+from idtracker.errors import (
+    InterruptedBySignalError,
+    RegistrationRejectedError,
+    RouterProtocolError,
+    RouterUnavailableError,
+)
+from kairos_common.errors import WireFormatError
+from kairos_common.wire import API_PREFIX, AgentEnd, AgentStart, AgentStarted
+
+log = structlog.get_logger()
+
+Clock = Callable[[], float]
+# wait(delay_s) sleeps up to delay_s; returns a signal number if one cut it short.
+Waiter = Callable[[float], int | None]
+
+
+def plain_wait(delay_s: float) -> int | None:
+    """A waiter that cannot be interrupted (tests and library use)."""
+    time.sleep(delay_s)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Exponential backoff: ``first_s``, doubling, capped at ``max_s``."""
+
+    first_s: float = 0.1
+    max_s: float = 2.0
+
+    def delay_s(self, attempt: int) -> float:
+        return float(min(self.max_s, self.first_s * (2 ** max(0, attempt - 1))))
+
+
+@dataclass(frozen=True, slots=True)
+class _Reply:
+    status: int
+    body: bytes
+
+
+class _Transient(Exception):
+    """A failure worth retrying (connection error, timeout, 5xx, 429)."""
+
+
+class LifecycleClient:
+    """Registers an agent and reports its end; one instance per id-tracker run."""
+
+    def __init__(
+        self,
+        router_url: str,
+        *,
+        control_token: str | None,
+        request_timeout_s: float = 2.0,
+        clock: Clock = time.monotonic,
+        wait: Waiter = plain_wait,
+        backoff: Backoff | None = None,
+    ) -> None:
+        parts = urlsplit(router_url)
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/")
+        self._router_url = router_url
+        self._token = control_token
+        self._timeout_s = request_timeout_s
+        self._clock = clock
+        self._wait = wait
+        self._backoff = backoff or Backoff()
+
+    # -- public API -----------------------------------------------------------------
+
+    def register(self, start: AgentStart, *, deadline_s: float) -> AgentStarted:
+        """``POST /kairos/v1/agents``; retries transient failures for ``deadline_s``."""
+        reply = self._with_retries(f"{API_PREFIX}/agents", start.to_json(), deadline_s, "start")
+        if reply.status in (401, 403):
+            raise RegistrationRejectedError(
+                f"router at {self._router_url} refused the control token (HTTP {reply.status}); "
+                "set KAIROS_CONTROL_TOKEN or --control-token-file"
+            )
+        if reply.status not in (200, 201):
+            raise RouterProtocolError(
+                f"router at {self._router_url} answered agent start with HTTP {reply.status}: "
+                f"{_snippet(reply.body)}"
+            )
+        try:
+            return AgentStarted.from_json(_json_object(reply.body))
+        except WireFormatError as exc:
+            raise RouterProtocolError(
+                f"router at {self._router_url} sent a malformed agent-start reply: {exc}"
+            ) from None
+
+    def report_end(self, agent_id: str, end: AgentEnd, *, deadline_s: float) -> bool:
+        """``POST /kairos/v1/agents/{id}/end``; True once the router has it.
+
+        Never raises: the agent has already finished and its exit status must
+        still reach the caller. A 404 counts as delivered (the router already
+        forgot the agent, e.g. after its idle expiry).
+        """
+        path = f"{API_PREFIX}/agents/{quote(agent_id, safe='')}/end"
+        try:
+            reply = self._with_retries(path, end.to_json(), deadline_s, "end")
+        except RouterUnavailableError as exc:
+            log.warning("agent end not reported", agent_id=agent_id, error=str(exc))
+            return False
+        except InterruptedBySignalError as exc:
+            log.warning("agent end not reported: interrupted", agent_id=agent_id, signal=exc.signum)
+            return False
+        if reply.status in (200, 201, 202, 204, 404):
+            return True
+        log.warning(
+            "agent end refused by router",
+            agent_id=agent_id,
+            status=reply.status,
+            body=_snippet(reply.body),
+        )
+        return False
+
+    # -- transport ------------------------------------------------------------------
+
+    def _with_retries(
+        self, path: str, body: dict[str, Any], deadline_s: float, what: str
+    ) -> _Reply:
+        """POST until a non-transient reply or the deadline; waits are interruptible."""
+        give_up_at = self._clock() + deadline_s
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._post(path, body)
+            except _Transient as exc:
+                last_error = str(exc)
+            remaining = give_up_at - self._clock()
+            log.info("router call failed", call=what, attempt=attempt, error=last_error)
+            if remaining <= 0:
+                raise RouterUnavailableError(
+                    f"router at {self._router_url} unreachable for agent {what}: {last_error} "
+                    f"({attempt} attempt{'s' if attempt > 1 else ''} in {deadline_s:g} s)"
+                )
+            signum = self._wait(min(self._backoff.delay_s(attempt), remaining))
+            if signum is not None:
+                raise InterruptedBySignalError(signum)
+
+    def _post(self, path: str, body: dict[str, Any]) -> _Reply:
+        conn_cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+        conn = conn_cls(self._host, self._port, timeout=self._timeout_s)
+        headers = {"Content-Type": "application/json", "Accept": "application/json"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        try:
+            conn.request("POST", self._prefix + path, json.dumps(body).encode(), headers)
+            resp = conn.getresponse()
+            reply = _Reply(resp.status, resp.read(64 * 1024))
+        except (OSError, http.client.HTTPException) as exc:
+            raise _Transient(_describe(exc)) from None
+        finally:
+            conn.close()
+        if reply.status >= 500 or reply.status == 429:
+            raise _Transient(f"HTTP {reply.status}")
+        return reply
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _snippet(body: bytes) -> str:
+    return body[:200].decode("utf-8", "replace")
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise WireFormatError("reply is not JSON") from None
+    if not isinstance(obj, dict):
+        raise WireFormatError("expected a JSON object")
+    return obj
