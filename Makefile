@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test demo lint typecheck pytest venv clean bench
+.PHONY: test demo lint typecheck pytest venv clean results
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,8 +31,8 @@ test: lint typecheck pytest
 demo: $(STAMP)
 	$(BIN)/python -m scripts.demo
 
-bench: $(STAMP)
-	$(BIN)/python -m scripts.bench_all
+results: $(STAMP)
+	$(BIN)/python -m scripts.results
 
 clean:
 	rm -rf $(VENV) build dist .mypy_cache .ruff_cache .pytest_cache

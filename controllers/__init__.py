@@ -7,9 +7,16 @@ and under the simulator's virtual time.
 """
 
 from controllers.baselines import FixedClock, NoControl
+from controllers.confident_placement import (
+    ConfidentPlacement,
+    ConfidentReassignment,
+    ConfidentReassignmentConfig,
+)
 from controllers.errors import ControllerError, InvalidSnapshotError, UnknownPolicyError
+from controllers.fleet_budget import BudgetOutcome, FleetBudget, FleetBudgetConfig, InstancePower
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
+from controllers.perf_model import OnlinePerfModel, PerfModelConfig, nnls
 from controllers.placement import (
     Consolidating,
     InstanceLoad,
@@ -21,36 +28,52 @@ from controllers.placement import (
     RoundRobin,
     make_placement,
 )
-from controllers.registry import levels_for, make_controller
+from controllers.predictive import PredictiveConfig, PredictiveController
+from controllers.registry import levels_for, make_controller, make_placement_policy
 from controllers.types import (
     AgentView,
     ControlDecision,
     Controller,
     InstanceSnapshot,
+    RequestObservation,
 )
 
 __all__ = [
     "AgentView",
+    "BudgetOutcome",
+    "ConfidentPlacement",
+    "ConfidentReassignment",
+    "ConfidentReassignmentConfig",
     "Consolidating",
     "ControlDecision",
     "Controller",
     "ControllerError",
     "FixedClock",
+    "FleetBudget",
+    "FleetBudgetConfig",
     "FrequencyLevels",
     "InstanceLoad",
+    "InstancePower",
     "InstanceSnapshot",
     "InvalidSnapshotError",
     "KairosConfig",
     "KairosController",
     "LeastContext",
     "NoControl",
+    "OnlinePerfModel",
+    "PerfModelConfig",
     "PlacementPolicy",
     "PlacementRequest",
+    "PredictiveConfig",
+    "PredictiveController",
     "ReassignmentConfig",
     "ReassignmentRule",
+    "RequestObservation",
     "RoundRobin",
     "UnknownPolicyError",
     "levels_for",
     "make_controller",
     "make_placement",
+    "make_placement_policy",
+    "nnls",
 ]

@@ -1,6 +1,7 @@
 """Build a per-instance controller from its operator-facing policy name.
 
 Names: ``kairos``, ``kairos-no-ta`` (thrashing avoidance off, for Fig. 10–11),
+``predictive`` (online-model DVFS, ``docs/beyond.md``),
 ``no-control``, ``fixed:MHZ``. Later policies register here too, so the daemon,
 the simulator and reports accept the same names.
 """
@@ -11,12 +12,16 @@ import dataclasses
 from collections.abc import Iterable
 
 from controllers.baselines import FixedClock, NoControl
+from controllers.confident_placement import ConfidentPlacement
 from controllers.errors import UnknownPolicyError
 from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS, FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
+from controllers.placement import PlacementPolicy, make_placement
+from controllers.predictive import PredictiveController
 from controllers.types import Controller
 
-POLICY_NAMES = ("kairos", "kairos-no-ta", "no-control", "fixed:MHZ")
+PLACEMENT_NAMES = ("consolidating", "round-robin", "least-context", "confident")
+POLICY_NAMES = ("kairos", "kairos-no-ta", "predictive", "no-control", "fixed:MHZ")
 
 
 def levels_for(
@@ -51,6 +56,8 @@ def make_controller(
         ctrl = KairosController(levels, dataclasses.replace(cfg, thrashing_avoidance=False))
         ctrl.name = "kairos-no-ta"
         return ctrl
+    if name == "predictive":
+        return PredictiveController(levels, cfg)
     if name == "no-control":
         return NoControl(levels, cfg.new_agent_context_tokens)
     if name.startswith("fixed:"):
@@ -63,3 +70,10 @@ def make_controller(
             ) from None
         return FixedClock(levels, mhz, cfg.new_agent_context_tokens)
     raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
+
+
+def make_placement_policy(name: str, theta_cons: float = 0.5) -> PlacementPolicy:
+    """Placement by name, including ``confident`` (``controllers.confident_placement``)."""
+    if name == "confident":
+        return ConfidentPlacement(theta=theta_cons)
+    return make_placement(name, theta_cons)

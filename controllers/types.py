@@ -44,6 +44,28 @@ class AgentView:
 
 
 @dataclass(frozen=True, slots=True)
+class RequestObservation:
+    """One finished request as the router/vLLM saw it (input to the online model).
+
+    ``t_s`` is when it finished (the caller's clock, used to de-duplicate);
+    ``ttft_s`` is arrival at the engine to first token; ``decode_s_per_token``
+    the mean inter-token time after it; ``running`` the number of requests the
+    engine was running and ``active_context_tokens`` the instance's aggregate
+    context when it finished; ``clock_mhz`` the SM clock it ran at.
+    """
+
+    t_s: float
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    decode_s_per_token: float
+    running: int
+    active_context_tokens: int
+    clock_mhz: int
+
+
+@dataclass(frozen=True, slots=True)
 class InstanceSnapshot:
     """Everything a per-instance controller sees at control epoch ``epoch``.
 
@@ -61,6 +83,8 @@ class InstanceSnapshot:
     usage_tokens: int | None = None
     clock_mhz: int | None = None
     power_w: float | None = None
+    observations: tuple[RequestObservation, ...] = ()
+    """Recent finished requests (optional; only learning controllers use them)."""
 
 
 @dataclass(frozen=True, slots=True)

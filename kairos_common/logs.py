@@ -52,6 +52,16 @@ def want_json(explicit: bool | None = None) -> bool:
     return not sys.stderr.isatty()
 
 
+def _stderr_logger(*_args: Any) -> structlog.PrintLogger:
+    """A logger on the *current* ``sys.stderr``, looked up when a logger is made.
+
+    Binding the stream object once would keep writing to whatever stderr was at
+    configuration time — e.g. a CLI test runner's capture buffer that has since
+    been closed — and every later log line would raise.
+    """
+    return structlog.PrintLogger(file=sys.stderr)
+
+
 def configure_logging(level: str = "info", json: bool | None = None) -> None:
     """Configure structlog (and stdlib logging) for a Kairos process."""
     lvl = logging.getLevelName(level.upper())
@@ -73,6 +83,6 @@ def configure_logging(level: str = "info", json: bool | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )

@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from controllers.types import AgentView
+from controllers.types import AgentView, RequestObservation
 from kairos_common.errors import WireFormatError
 
 API_PREFIX = "/kairos/v1"
@@ -135,6 +135,25 @@ def agent_from_json(obj: dict[str, Any]) -> AgentView:
     )
 
 
+def observation_to_json(ob: RequestObservation) -> dict[str, Any]:
+    return asdict(ob)
+
+
+def observation_from_json(obj: dict[str, Any]) -> RequestObservation:
+    """``clock_mhz`` 0 means the router did not know it (the daemon fills it in)."""
+    return RequestObservation(
+        t_s=_get(obj, "t_s", float),
+        prompt_tokens=_get(obj, "prompt_tokens", int, 0),
+        cached_tokens=_get(obj, "cached_tokens", int, 0),
+        completion_tokens=_get(obj, "completion_tokens", int, 0),
+        ttft_s=_get(obj, "ttft_s", float, 0.0),
+        decode_s_per_token=_get(obj, "decode_s_per_token", float, 0.0),
+        running=_get(obj, "running", int, 0),
+        active_context_tokens=_get(obj, "active_context_tokens", int, 0),
+        clock_mhz=_get(obj, "clock_mhz", int, 0),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceState:
     """router → daemon: one instance's agents, as the router's ledger sees them.
@@ -153,6 +172,8 @@ class InstanceState:
     healthy: bool = True
     draining: bool = False
     version: int = WIRE_VERSION
+    observations: tuple[RequestObservation, ...] = ()
+    """Recent finished requests on this instance (optional; issue 10's online model)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -164,12 +185,14 @@ class InstanceState:
             "capacity_tokens": self.capacity_tokens,
             "healthy": self.healthy,
             "draining": self.draining,
+            "observations": [observation_to_json(o) for o in self.observations],
         }
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> InstanceState:
         ongoing = _get(obj, "ongoing", list, [])
         pending = _get(obj, "pending", list, [])
+        observations = _get(obj, "observations", list, [])
         return cls(
             instance=_get(obj, "instance", str),
             now_s=_get(obj, "now_s", float),
@@ -179,6 +202,7 @@ class InstanceState:
             healthy=_get(obj, "healthy", bool, True),
             draining=_get(obj, "draining", bool, False),
             version=_get(obj, "version", int, WIRE_VERSION),
+            observations=tuple(observation_from_json(o) for o in observations),
         )
 
 

@@ -74,7 +74,8 @@ def run(
         Path | None, Opt(help="TOML config file for this instance (flags override it).")
     ] = None,
     policy: Annotated[
-        str | None, Opt(help="kairos, kairos-no-ta, no-control or fixed:MHZ. Default kairos.")
+        str | None,
+        Opt(help="kairos, kairos-no-ta, predictive, no-control, fixed:MHZ. Default kairos."),
     ] = None,
     require_control: Annotated[
         bool | None,

@@ -186,11 +186,14 @@ class Daemon:
         stale = self._stale()
         snap = None
         if capacity is not None:
-            snap = build_snapshot(self.epoch, inputs, capacity, self.config.standalone)
+            snap = build_snapshot(
+                self.epoch, inputs, capacity, self.config.standalone, self.applied_clock_mhz
+            )
         decision = None
         if snap is not None:
             try:
                 decision = self.controller.decide(snap)
+                self.metrics.observe_extras(decision.extras)
             except ControllerError as exc:  # e.g. a router bug sent an invalid agent
                 log.error("controller_rejected_snapshot", error=str(exc), epoch=self.epoch)
         if decision is None:

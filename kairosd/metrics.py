@@ -40,6 +40,16 @@ class DaemonMetrics:
         self.input_errors = Counter(
             "kairosd_input_errors", "Failed epoch inputs", ["instance", "input"], registry=r
         )
+        self.model_error = gauge(
+            "kairosd_model_error_ratio",
+            "Online performance model's mean absolute percentage error (predictive policy)",
+        )
+        self.model_observations = gauge(
+            "kairosd_model_observations", "Requests the online performance model has learned from"
+        )
+        self.slo_slack = gauge(
+            "kairosd_predicted_slo_slack", "Predicted SLO margin at the chosen clock (predictive)"
+        )
         self.epoch_duration = Histogram(
             "kairosd_epoch_duration_seconds",
             "Wall time of one epoch's work (inputs, decision, actuation)",
@@ -69,6 +79,16 @@ class DaemonMetrics:
             self.boosts.labels(i).inc()
         self.admissions.labels(i).inc(rec.admitted)
         self.epochs.labels(i).inc()
+
+    def observe_extras(self, extras: dict[str, float]) -> None:
+        """Export what a learning controller reports about itself (issue 10)."""
+        i = self.instance
+        if "model_error" in extras:
+            self.model_error.labels(i).set(extras["model_error"])
+        if "model_observations" in extras:
+            self.model_observations.labels(i).set(extras["model_observations"])
+        if "slo_slack" in extras:
+            self.slo_slack.labels(i).set(extras["slo_slack"])
 
     def input_error(self, which: str) -> None:
         self.input_errors.labels(self.instance, which).inc()

@@ -13,9 +13,10 @@ them directly. Two modes:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from controllers.types import InstanceSnapshot
+from controllers.types import InstanceSnapshot, RequestObservation
 from kairos_common.vllm_metrics import VllmMetrics
 from kairos_common.wire import InstanceState
 
@@ -47,10 +48,35 @@ def resolve_capacity(
     return None
 
 
+def with_clock(
+    observations: tuple[RequestObservation, ...], clock_mhz: int | None
+) -> tuple[RequestObservation, ...]:
+    """Fill the clock the router cannot know with the one this daemon applied.
+
+    Observations are at most an epoch old, and the clock was locked for that
+    whole epoch, so the applied clock is the one they ran at. Without a known
+    clock they are dropped (an online model must not learn from a wrong input).
+    """
+    out = []
+    for ob in observations:
+        if ob.clock_mhz > 0:
+            out.append(ob)
+        elif clock_mhz:
+            out.append(dataclasses.replace(ob, clock_mhz=clock_mhz))
+    return tuple(out)
+
+
 def build_snapshot(
-    epoch: int, inputs: EpochInputs, capacity_tokens: int, standalone: bool
+    epoch: int,
+    inputs: EpochInputs,
+    capacity_tokens: int,
+    standalone: bool,
+    clock_mhz: int | None = None,
 ) -> InstanceSnapshot | None:
-    """The controller's view, or ``None`` when the mode's source is missing."""
+    """The controller's view, or ``None`` when the mode's source is missing.
+
+    ``clock_mhz`` is the clock applied during the last epoch (None if unknown).
+    """
     if standalone:
         usage = inputs.vllm.usage_tokens if inputs.vllm is not None else None
         if usage is None:
@@ -67,6 +93,8 @@ def build_snapshot(
         capacity_tokens=capacity_tokens,
         ongoing=state.ongoing,
         pending=state.pending,
+        clock_mhz=clock_mhz,
+        observations=with_clock(state.observations, clock_mhz),
     )
 
 

@@ -33,6 +33,7 @@ from router.hold_queue import HoldQueue
 from router.instances import Instance, InstancePool
 from router.ledger import Agent, Ledger
 from router.metrics import RouterMetrics
+from router.observations import ObservationLog
 
 log = structlog.get_logger("kairos.router.admission")
 
@@ -46,7 +47,9 @@ class AdmissionService:
         settings: AdmissionSettings,
         metrics: RouterMetrics,
         clock: Callable[[], float],
+        observations: ObservationLog | None = None,
     ) -> None:
+        self.observations = observations or ObservationLog()
         self.pool = pool
         self.ledger = ledger
         self.controller = controller
@@ -228,6 +231,7 @@ class AdmissionService:
             capacity_tokens=inst.capacity_tokens,
             healthy=inst.healthy,
             draining=inst.draining,
+            observations=self.observations.recent(inst.name),
         )
 
     def remove_pending(self, agent: Agent) -> None:

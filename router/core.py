@@ -23,6 +23,7 @@ from router.errors import NoBackendError
 from router.instances import Instance, InstancePool
 from router.ledger import Agent, Ledger
 from router.metrics import InstanceGauges, RouterMetrics
+from router.observations import ObservationLog
 from router.placement_service import PlacementService
 from router.store import StateStore
 
@@ -51,6 +52,7 @@ class RouterCore:
         for index, spec in enumerate(config.backends):
             self.pool.add(*parse_backend(spec, index))
         self.ledger = Ledger(adm.new_agent_context_tokens, clock)
+        self.observations = ObservationLog()
         controller = KairosController(
             FrequencyLevels((1,)),
             KairosConfig(
@@ -61,7 +63,7 @@ class RouterCore:
             ),
         )
         self.admission = AdmissionService(
-            self.pool, self.ledger, controller, adm, self.metrics, clock
+            self.pool, self.ledger, controller, adm, self.metrics, clock, self.observations
         )
         pl = config.placement
         self.placement = PlacementService(

@@ -33,6 +33,7 @@ from router.errors import (
 )
 from router.identity_mw import IdentityResolver, upstream_headers
 from router.ledger import Agent
+from router.observations import observation
 from router.openai_errors import from_router_error, sse_error_event
 from router.streaming import SseUsageFilter, Usage, usage_from_body
 
@@ -59,6 +60,8 @@ class _Outcome:
     status: int
     usage: Usage | None
     estimated_completion: int
+    first_data_s: float | None = None
+    t_sent_s: float | None = None
 
 
 def _check_body(obj: Any) -> None:
@@ -174,6 +177,35 @@ class Proxy:
             if agent.ephemeral:
                 core.agents.finish(agent, reason="one-turn")
 
+    def _observe(self, inst_name: str, usage: Usage | None, outcome: _Outcome) -> None:
+        """Keep a streamed request with exact usage for the online model (issue 10)."""
+        if (
+            usage is None
+            or not usage.complete
+            or outcome.first_data_s is None
+            or outcome.t_sent_s is None
+            or not inst_name
+        ):
+            return
+        core = self.core
+        ledger = core.ledger
+        running = sum(
+            a.in_flight for i in ledger.ongoing_ids(inst_name) if (a := ledger.get(i)) is not None
+        )
+        core.observations.record(
+            inst_name,
+            observation(
+                t_sent_s=outcome.t_sent_s,
+                first_data_s=outcome.first_data_s,
+                end_s=core.clock(),
+                prompt_tokens=usage.prompt_tokens or 0,
+                cached_tokens=usage.cached_tokens or 0,
+                completion_tokens=usage.completion_tokens or 0,
+                running=max(running, 1),
+                active_context_tokens=ledger.usage_tokens(inst_name),
+            ),
+        )
+
     def _place(self, agent: Agent) -> None:
         core = self.core
         inst = core.pool.get(agent.instance)
@@ -230,6 +262,7 @@ class Proxy:
             done = False
             try:
                 result = await self._relay(request, resp, inject, headers["X-Request-Id"])
+                result[1].t_sent_s = t_sent
                 done = True
                 return result
             finally:
@@ -275,9 +308,12 @@ class Proxy:
         loop = asyncio.get_running_loop()
         read = resp.content.readany
         next_reschedule = loop.time() + _RESCHEDULE_EVERY_S
+        first_data_s: float | None = None
         try:
             async with asyncio.timeout(idle_s) as idle:
                 while chunk := await read():
+                    if first_data_s is None:
+                        first_data_s = self.core.clock()
                     data = filt.feed(chunk)
                     if data:
                         await out_stream.write(data)
@@ -299,7 +335,8 @@ class Proxy:
             return out_stream, _Outcome(499, None, 0)
         await out_stream.write_eof()
         usage = filt.usage if filt.usage.complete else None
-        return out_stream, _Outcome(resp.status, usage, filt.estimated_completion_tokens())
+        est = filt.estimated_completion_tokens()
+        return out_stream, _Outcome(resp.status, usage, est, first_data_s)
 
     def _account(
         self, agent: Agent, route: str, stream: bool, t0: float, held_s: float,
@@ -329,6 +366,7 @@ class Proxy:
             agent, prompt_tokens=prompt, completion_tokens=completion,
             latency_s=latency, estimated=estimated,
         )  # fmt: skip
+        self._observe(inst_name, usage, outcome)
         inst = core.pool.get(agent.instance)
         if inst is not None and len(core.admission.queues.get(inst.name, ())):
             core.admission.pump(inst)

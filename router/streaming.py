@@ -27,6 +27,7 @@ _DATA_PREFIX = re.compile(rb"^data: ?", re.M)
 class Usage:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
 
     @property
     def complete(self) -> bool:
@@ -47,7 +48,22 @@ class Usage:
                     setattr(self, field, value)
                     found = True
                     break
+        cached = _cached_tokens(raw)
+        if cached is not None:
+            self.cached_tokens = cached
         return found
+
+
+def _cached_tokens(raw: dict[str, Any]) -> int | None:
+    """Prefix-cache hits: OpenAI ``prompt_tokens_details.cached_tokens`` or
+    Anthropic ``cache_read_input_tokens`` (vLLM reports the former when enabled)."""
+    details = raw.get("prompt_tokens_details")
+    value = details.get("cached_tokens") if isinstance(details, dict) else None
+    if value is None:
+        value = raw.get("cache_read_input_tokens")
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    return None
 
 
 def _usage_object(obj: Any) -> Any:

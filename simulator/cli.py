@@ -16,7 +16,7 @@ from typing import Annotated
 import structlog
 import typer
 
-from controllers import KairosConfig, ReassignmentConfig, make_controller, make_placement
+from controllers import KairosConfig, ReassignmentConfig, make_controller, make_placement_policy
 from controllers.errors import ControllerError
 from kairos_common.config import load_config
 from kairos_common.errors import ConfigError
@@ -115,7 +115,7 @@ def _run(cfg: SimCliConfig, as_json: bool) -> list[SimResult]:
     specs = _specs(cfg)
     for spec in specs:  # fail fast on bad names before spawning processes
         make_controller(spec.policy, control_levels(spec.preset, spec.policy))
-        make_placement(spec.placement)
+        make_placement_policy(spec.placement)
     show = not as_json and sys.stderr.isatty()
     if len(specs) == 1:
         if not show:
@@ -145,11 +145,13 @@ HELP: dict[str, str] = {
     "duration_s": "simulated seconds (default 10800 = 3 h)",
     "instances": "vLLM instances, one GPU each (default 1)",
     "slo": "per-agent SLO τ in tokens/s, Eq. 4 (default 20)",
-    "policy": "kairos (default) | kairos-no-ta | no-control | fixed:MHZ",
+    "policy": "kairos (default) | kairos-no-ta | predictive | no-control | fixed:MHZ",
     "compare": "comma-separated policies run side by side on identical arrivals",
     "seed": "seed of arrivals and workload (default 1)",
     "preset": f"GPU/model preset (default {DEFAULT_PRESET}): {', '.join(PRESET_NAMES)}",
-    "placement": "router placement: consolidating (default) | round-robin | least-context",
+    "placement": (
+        "router placement: consolidating (default) | round-robin | least-context | confident"
+    ),
     "reassign": "Algorithm 3 reassignment of agents between instances (default on)",
     "epoch_s": "control epoch in seconds (default from the preset: 5)",
     "think_cap_s": "cap on trace think times, drops human pauses (default 60 s)",

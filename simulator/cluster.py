@@ -28,18 +28,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controllers import (
+    ConfidentReassignment,
     ControlDecision,
     Controller,
+    FleetBudget,
+    FleetBudgetConfig,
     FrequencyLevels,
     InstanceLoad,
+    InstancePower,
     InstanceSnapshot,
     KairosConfig,
     PlacementRequest,
     ReassignmentConfig,
     ReassignmentRule,
+    RequestObservation,
     levels_for,
     make_controller,
-    make_placement,
+    make_placement_policy,
 )
 from reporting.records import AgentRecord, EpochRecord
 from simulator.agents import SimAgent
@@ -68,6 +73,8 @@ class ClusterConfig:
     epoch_s: float | None = None
     run: str = ""
     fast_forward: bool = True
+    fleet_budget: FleetBudgetConfig | None = None
+    """Optional cap on the instances' total power (docs/beyond.md)."""
 
 
 def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
@@ -95,6 +102,7 @@ class _Instance:
         "gpu",
         "index",
         "name",
+        "observations",
         "ongoing",
         "pending",
         "pre_mark",
@@ -108,6 +116,7 @@ class _Instance:
         self.controller = ctrl
         self.ongoing: dict[str, SimAgent] = {}
         self.pending: list[SimAgent] = []
+        self.observations: list[RequestObservation] = []
         self.decision: ControlDecision | None = None
         self.epoch = 0
         self.energy_mark_j = 0.0
@@ -147,8 +156,14 @@ class Cluster:
             self.instances.append(_Instance(i, engine, gpu, ctrl))
         self.policy_name = self.instances[0].controller.name if self.instances else config.policy
         self.names = [inst.name for inst in self.instances]
-        self.placement = make_placement(config.placement, config.theta_cons)
+        self.placement = make_placement_policy(config.placement, config.theta_cons)
         self.reassign = ReassignmentRule(config.reassignment)
+        self.confident = (
+            ConfidentReassignment()
+            if config.placement == "confident" and config.reassignment.enabled
+            else None
+        )
+        self.fleet = FleetBudget(config.fleet_budget) if config.fleet_budget else None
         self.epochs: list[EpochRecord] = []
         self.agents_done: list[AgentRecord] = []
         self.started_agents = 0
@@ -262,7 +277,17 @@ class Cluster:
         agent.release_s = t
         inst = self.instances[agent.instance]
         agent.steps_since_assignment += 1
-        decision = self.reassign.decide(inst.name, agent.steps_since_assignment, self._loads())
+        if self.confident is not None:
+            decision = self.confident.decide_agent(
+                inst.name,
+                agent.steps_since_assignment,
+                self._loads(),
+                agent_id=agent.agent_id,
+                context_tokens=agent.usage_tokens(),
+                completed_steps=agent.steps,
+            )
+        else:
+            decision = self.reassign.decide(inst.name, agent.steps_since_assignment, self._loads())
         if decision.reset_counter:
             agent.steps_since_assignment = 0
         if decision.target is not None:
@@ -286,12 +311,32 @@ class Cluster:
             self.agents_done.append(self._record(agent, t, "rejected"))
             return
         assert isinstance(ev, RequestFinished)
+        inst.observations.append(self._observation(inst, ev))
         agent.complete(t, ev.prompt_tokens, ev.output_tokens)
         if agent.done:
             inst.ongoing.pop(agent.agent_id, None)
+            if self.confident is not None:
+                self.confident.forget(agent.agent_id)
             self.agents_done.append(self._record(agent, t, "end"))
         else:
             self._push(t + agent.turn.think_s, _RELEASE, agent)
+
+    @staticmethod
+    def _observation(inst: _Instance, ev: RequestFinished) -> RequestObservation:
+        """What the router and vLLM expose about a finished request (no coefficients)."""
+        decode_s = ev.t_s - ev.first_token_s
+        per_token = decode_s / (ev.output_tokens - 1) if ev.output_tokens > 1 else 0.0
+        return RequestObservation(
+            t_s=ev.t_s,
+            prompt_tokens=ev.prompt_tokens,
+            cached_tokens=ev.cached_tokens,
+            completion_tokens=ev.output_tokens,
+            ttft_s=max(ev.first_token_s - ev.arrival_s, 0.0),
+            decode_s_per_token=per_token,
+            running=len(inst.engine.running) + 1,
+            active_context_tokens=inst.usage_tokens(),
+            clock_mhz=inst.gpu.clock_at(ev.t_s),
+        )
 
     def _record(self, agent: SimAgent, t: float, reason: str) -> AgentRecord:
         slo = self.config.kairos.slo_tok_s
@@ -310,15 +355,21 @@ class Cluster:
             pending=tuple(a.view() for a in held),
             clock_mhz=inst.gpu.clock_at(t),
             power_w=inst.gpu.power_w,
+            observations=tuple(inst.observations) if pending is None else (),
         )
 
     def _on_epoch(self, t: float, k: int) -> None:
+        decisions: list[ControlDecision] = []
         for inst in self.instances:
             self._deliver(inst, inst.engine.advance_to(t))
             if k > 0:
                 self._close_epoch(inst, t)
             inst.epoch = k
-            decision = inst.controller.decide(self._snapshot(inst, t))
+            decisions.append(inst.controller.decide(self._snapshot(inst, t)))
+            inst.observations.clear()
+        if self.fleet is not None:
+            decisions = self._apply_budget(self.fleet, decisions, k)
+        for inst, decision in zip(self.instances, decisions, strict=True):
             if inst.gpu.locked_max_mhz != decision.clock_mhz:
                 inst.engine.set_clock(decision.clock_mhz, t)
                 self._deliver(inst, inst.engine.poll_events())
@@ -332,6 +383,26 @@ class Cluster:
             self.progress(t)
         if t + self.epoch_s <= self.config.duration_s + 1e-9:
             self._push(t + self.epoch_s, _EPOCH, k + 1)
+
+    def _apply_budget(
+        self, fleet: FleetBudget, decisions: list[ControlDecision], k: int
+    ) -> list[ControlDecision]:
+        """Cluster-level coordinator: every instance's decision, then the cap."""
+        last = {e.instance: e for e in self.epochs[-len(self.instances) :]} if k > 0 else {}
+        views = []
+        for inst, d in zip(self.instances, decisions, strict=True):
+            rec = last.get(inst.name)
+            views.append(
+                InstancePower(
+                    inst.name,
+                    inst.controller.levels,
+                    d,
+                    rec.avg_power_w if rec else None,
+                    rec.actual_clock_mhz if rec else None,
+                )
+            )
+        outcome = fleet.allocate(views)
+        return [outcome.decisions[inst.name] for inst in self.instances]
 
     def _close_epoch(self, inst: _Instance, t: float) -> None:
         d = inst.decision

@@ -107,3 +107,24 @@ def test_redaction() -> None:
     assert ev["authorization"] == "<redacted>" and ev["api_key"] == "<redacted>"
     assert "abc" not in ev["msg"] and "sk-123" not in ev["h"]
     assert ev["control_token"] == "<redacted>" and ev["capacity_tokens"] == 5
+
+
+def test_logging_follows_the_current_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CLI run under a test runner configures logging while stderr is a capture
+    buffer; after that buffer is closed, later log lines must still work."""
+    import io
+
+    import structlog
+
+    from kairos_common.logs import configure_logging
+
+    temporary = io.StringIO()
+    monkeypatch.setattr("sys.stderr", temporary)
+    configure_logging("info", json=True)
+    structlog.get_logger("t").info("first")
+    assert '"first"' in temporary.getvalue()
+    temporary.close()
+    later = io.StringIO()
+    monkeypatch.setattr("sys.stderr", later)
+    structlog.get_logger("t").info("second")
+    assert '"second"' in later.getvalue()

@@ -1,0 +1,348 @@
+"""The predictive controller (policy ``predictive``): lowest confident clock.
+
+KAIROS maps context linearly to a clock and boosts to the maximum when an
+agent falls below the SLO, so it leaves power unused whenever agents have
+throughput slack. This controller instead asks an online performance model
+(:mod:`controllers.perf_model`, learned from finished requests with the clock
+as an input) how much slower a typical request would be at each level, and each
+epoch picks the lowest level that satisfies two predicted constraints:
+
+* **throughput**: every ongoing agent's Eq. 10 throughput divided by the
+  predicted slowdown stays ≥ ``τ·(1 + margin)``;
+* **context** (Little's law): the aggregate context the instance would hold —
+  today's ongoing + pending contexts, and ``λ̂·Ŵ·C̄`` from the measured arrival
+  rate, agent lifetime and context per agent — scaled by how much longer
+  agents live at that clock (only their LLM time stretches, not tool time)
+  stays ≤ ``α·U_max``.
+
+Stepping **up** is immediate (the lowest feasible level above the current one).
+Stepping **down** follows Evolving Infra §4.3: one level at a time, only when
+the mean of the recent per-epoch margins at that level exceeds twice its
+standard error, and not within ``cooldown_epochs`` of the last change.
+KAIROS's SLO boost, its ``U ≥ α·U_max`` rule and its two-threshold admission
+stay as safety nets (admission is delegated to :class:`KairosController`).
+Until the model has warmed up the controller follows KAIROS exactly.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from controllers.errors import InvalidSnapshotError
+from controllers.frequency import FrequencyLevels
+from controllers.kairos import KairosConfig, KairosController
+from controllers.perf_model import OnlinePerfModel, PerfModelConfig, RequestShape, typical_shape
+from controllers.types import AgentView, ControlDecision, InstanceSnapshot, RequestObservation
+
+
+@dataclass(frozen=True, slots=True)
+class PredictiveConfig:
+    """Knobs of the predictive law (see ``docs/beyond.md``)."""
+
+    margin: float = 0.1
+    """Predicted slowest-agent throughput must stay ≥ τ·(1 + margin)."""
+    history_epochs: int = 12
+    """Window of per-epoch margins the 2·SE step-down test uses."""
+    min_samples: int = 4
+    """Fewest margins at a level before a step down to it may be confident."""
+    se_factor: float = 2.0
+    cooldown_epochs: int = 3
+    """Epochs after any change before the next step down."""
+    max_step_down: int = 8
+    """Most levels one confident step down may cross (each must be confident)."""
+    sized_boost: bool = True
+    """Boost to the lowest level predicted to lift under-τ agents back over τ
+    (the maximum when the model sees no such level) instead of always the maximum."""
+    lifetime_window_s: float = 1800.0
+    """Window over which arrivals and finished agents' lifetimes are measured."""
+    recent_requests: int = 200
+    slowest_agents: int = 3
+    """How many of the slowest agents are predicted individually."""
+    future_share: float = 0.5
+    """Share of an agent's Eq. 3 time still ahead of it (remaining ≈ completed)."""
+    min_steps: int = 2
+    """Agents with fewer completed requests are left to KAIROS's boost: their
+    Eq. 10 value is dominated by the first prompt's hold and prefill, which no
+    clock can undo, and chasing them pins the GPU at its maximum."""
+    max_elasticity: float = 0.8
+    """Do not go below a level where the model predicts request time growing
+    almost as fast as the clock falls (``d ln T / d ln(1/f) > max_elasticity``):
+    there the GPU is clock-bound, lower clocks stretch busy time at ~static power
+    and save little or nothing (below the memory knee)."""
+    """Finished requests the 'typical request' is taken from."""
+    perf: PerfModelConfig = field(default_factory=PerfModelConfig)
+
+    def __post_init__(self) -> None:
+        if self.margin < 0 or self.se_factor < 0:
+            raise InvalidSnapshotError("margin and se_factor must be >= 0")
+        if self.history_epochs < 2 or self.min_samples < 2:
+            raise InvalidSnapshotError("history_epochs and min_samples must be >= 2")
+        if self.cooldown_epochs < 0:
+            raise InvalidSnapshotError("cooldown_epochs must be >= 0")
+
+
+def confident_positive(samples: list[float], se_factor: float, min_samples: int) -> bool:
+    """Evolving Infra §4.3: ``mean > se_factor · SE`` (and the mean is positive)."""
+    n = len(samples)
+    if n < min_samples:
+        return False
+    mean = sum(samples) / n
+    if mean <= 0:
+        return False
+    var = sum((s - mean) ** 2 for s in samples) / (n - 1)
+    return mean > se_factor * math.sqrt(var / n)
+
+
+class PredictiveController:
+    """Per-instance predictive DVFS with KAIROS's safety nets (no I/O, no clock)."""
+
+    name = "predictive"
+
+    def __init__(
+        self,
+        levels: FrequencyLevels,
+        kairos: KairosConfig | None = None,
+        config: PredictiveConfig | None = None,
+    ) -> None:
+        self.levels = levels
+        self.kairos = KairosController(levels, kairos)
+        self.config = config or PredictiveConfig()
+        self.admission_control = self.kairos.admission_control
+        self.model = OnlinePerfModel(levels.clocks_mhz[:-1], self.config.perf)
+        self._recent: deque[RequestObservation] = deque(maxlen=self.config.recent_requests)
+        self._margins: dict[int, deque[float]] = {
+            lv: deque(maxlen=self.config.history_epochs) for lv in range(1, levels.count + 1)
+        }
+        self._level = levels.count
+        self._changed_epoch = -(10**9)
+        self._seen: dict[str, float] = {}
+        self._arrivals: deque[float] = deque()
+        self._lifetimes: deque[tuple[float, float]] = deque()
+
+    # ------------------------------------------------------------ bookkeeping
+    def _track_agents(self, snap: InstanceSnapshot) -> None:
+        """Arrivals and lifetimes (for Little's law) from agents appearing/vanishing."""
+        present = {a.agent_id: a.arrival_s for a in (*snap.ongoing, *snap.pending)}
+        for agent_id, arrival in present.items():
+            if agent_id not in self._seen:
+                self._arrivals.append(arrival)
+        for agent_id, arrival in self._seen.items():
+            if agent_id not in present:
+                self._lifetimes.append((snap.now_s, snap.now_s - arrival))
+        self._seen = present
+        horizon = snap.now_s - self.config.lifetime_window_s
+        while self._arrivals and self._arrivals[0] < horizon:
+            self._arrivals.popleft()
+        while self._lifetimes and self._lifetimes[0][0] < horizon:
+            self._lifetimes.popleft()
+
+    def _llm_fraction(self, snap: InstanceSnapshot) -> float:
+        """Share of an agent's life spent waiting on the LLM (the part a clock stretches)."""
+        llm = sum(a.llm_time_s for a in snap.ongoing)
+        life = sum(max(snap.now_s - a.arrival_s, 0.0) for a in snap.ongoing)
+        return min(max(llm / life, 0.0), 1.0) if life > 0 else 1.0
+
+    def _little_tokens(self, snap: InstanceSnapshot, usage: int) -> float:
+        """``λ̂·Ŵ·C̄``: steady-state context at today's clock (0 without history)."""
+        if not self._lifetimes or not snap.ongoing:
+            return 0.0
+        span = min(self.config.lifetime_window_s, max(snap.now_s, 1.0))
+        rate = len(self._arrivals) / span
+        life = sum(w for _, w in self._lifetimes) / len(self._lifetimes)
+        return rate * life * usage / len(snap.ongoing)
+
+    # -------------------------------------------------------------- the law
+    def _margins_now(
+        self, snap: InstanceSnapshot, usage: int, shape: RequestShape
+    ) -> tuple[dict[int, float], dict[int, float]]:
+        """Per level: ``min(throughput margin, context margin)`` predicted now,
+        against ``τ·(1 + margin)`` and against bare ``τ``.
+
+        Each of the slowest agents is predicted with its own request shape (its
+        context is what its next prefill attends over), so a long-context agent,
+        whose requests are more compute-bound, gets its own, larger slowdown.
+        """
+        cfg = self.kairos.config
+        f_now = snap.clock_mhz if snap.clock_mhz else self.levels.clock_of(self._level)
+        agents = [
+            (t, a)
+            for a in (*snap.ongoing, *snap.pending)
+            if a.completed_steps >= self.config.min_steps and (t := a.throughput_tok_s) is not None
+        ]
+        tau = cfg.slo_tok_s
+        top = self.levels.max_mhz
+        # Agents no clock can lift to τ are left to KAIROS's boost: chasing them
+        # would pin the maximum clock for nothing (an SLO they cannot meet).
+        helpable = [
+            (t, a)
+            for t, a in agents
+            if t / max(self._agent_slowdown(shape, a, top, f_now), 1e-3) >= tau
+        ]
+        slowest = sorted(helpable, key=lambda ta: ta[0])[: self.config.slowest_agents]
+        phi = self._llm_fraction(snap)
+        pending = sum(self.kairos.agent_context(a) for a in snap.pending)
+        base = max(float(usage + pending), self._little_tokens(snap, usage))
+        limit = cfg.alpha * snap.capacity_tokens
+        with_margin: dict[int, float] = {}
+        bare: dict[int, float] = {}
+        for lv in range(1, self.levels.count + 1):
+            clock = self.levels.clock_of(lv)
+            slow = self.model.slowdown(shape, clock, f_now)
+            if slow is None:
+                with_margin[lv] = bare[lv] = -1.0
+                continue
+            ctx_m = 1.0 - base * (1.0 - phi + phi * max(slow, 1e-3)) / limit
+            worst = float("inf")
+            for tput, agent in slowest:
+                s = self._agent_slowdown(shape, agent, clock, f_now)
+                worst = min(worst, tput / max(s, 1e-3))
+            if tau <= 0 or worst == float("inf"):
+                with_margin[lv] = bare[lv] = ctx_m
+                continue
+            with_margin[lv] = min(worst / (tau * (1.0 + self.config.margin)) - 1.0, ctx_m)
+            bare[lv] = min(worst / tau - 1.0, ctx_m)
+        return with_margin, bare
+
+    def _boost_level(self, snap: InstanceSnapshot, shape: RequestShape) -> int:
+        """KAIROS's boost, sized: the lowest level above the current one at which
+        every agent under τ with history is predicted back over it; the maximum
+        when none is (or when the under-τ agent has no history, e.g. held)."""
+        top = self.levels.count
+        if not self.config.sized_boost:
+            return top
+        tau = self.kairos.config.slo_tok_s
+        f_now = snap.clock_mhz if snap.clock_mhz else self.levels.clock_of(self._level)
+        low = []
+        for a in (*snap.ongoing, *snap.pending):
+            t = a.throughput_tok_s
+            if t is None:
+                if a in snap.pending:
+                    return top
+                continue
+            if t < tau:
+                low.append((t, a))
+        for lv in range(self._level + 1, top + 1):
+            clock = self.levels.clock_of(lv)
+            if all(t >= tau * self._agent_slowdown(shape, a, clock, f_now) for t, a in low):
+                return lv
+        return top
+
+    def _agent_slowdown(
+        self, shape: RequestShape, agent: AgentView, clock_mhz: int, f_now: float
+    ) -> float:
+        """Slowdown of ``agent``'s Eq. 3 throughput over its whole life at ``clock_mhz``.
+
+        Its next requests are predicted with its own context as the cached prefix;
+        only the part of its life still ahead (``future_share``, by default as
+        long as what it has done) runs at the new clock — the SLO is on the
+        agent's whole-life throughput, which its past already fixes in part.
+        """
+        own = replace(shape, cached_tokens=float(self.kairos.agent_context(agent)))
+        slow = self.model.slowdown(own, clock_mhz, f_now) or 1.0
+        w = self.config.future_share
+        return (1.0 - w) + w * slow
+
+    def efficient_floor(self, shape: RequestShape) -> int:
+        """Lowest level above which every step down still pays (elasticity rule)."""
+        floor = 1
+        for lv in range(1, self.levels.count):
+            lo, hi = self.levels.clock_of(lv), self.levels.clock_of(lv + 1)
+            t_lo = self.model.request_time_s(shape, lo)
+            t_hi = self.model.request_time_s(shape, hi)
+            if t_lo is None or t_hi is None or t_lo <= 0 or t_hi <= 0:
+                continue
+            elasticity = math.log(t_lo / t_hi) / math.log(hi / lo)
+            if elasticity > self.config.max_elasticity:
+                floor = lv + 1
+        return floor
+
+    def _current_level(self, snap: InstanceSnapshot) -> int:
+        """The level the GPU is at (a fleet budget may have lowered it), else ours."""
+        if snap.clock_mhz:
+            level = self.levels.level_of(snap.clock_mhz)
+            if level != self._level:
+                self._level, self._changed_epoch = level, snap.epoch
+        return self._level
+
+    def _choose(
+        self, epoch: int, margins: dict[int, float], bare: dict[int, float], floor: int
+    ) -> tuple[int, str]:
+        cur = self._level
+        if cur < floor:
+            return floor, "efficient-floor"
+        if margins[cur] < 0:
+            top = self.levels.count
+            up = [lv for lv in range(cur + 1, top + 1) if margins[lv] >= 0]
+            if up:
+                return up[0], "predicted-slo-up"
+            # No clock buys the margin: settle for the lowest that meets τ itself
+            # (the maximum buys little here and KAIROS's boost still guards τ).
+            enough = [lv for lv in range(cur, top + 1) if bare[lv] >= 0]
+            if enough:
+                return enough[0], "predicted-slo-bare" if enough[0] > cur else "hold"
+            return top, "predicted-slo-up"
+        if epoch - self._changed_epoch < self.config.cooldown_epochs or cur <= floor:
+            return cur, "hold"
+        # Walk down while each lower level is feasible now *and* confidently so
+        # over the recent window; stop at the first that is not (or the floor).
+        target = cur
+        for lv in range(cur - 1, max(floor, 1) - 1, -1):
+            samples = list(self._margins[lv])
+            if margins[lv] < 0 or not confident_positive(
+                samples, self.config.se_factor, self.config.min_samples
+            ):
+                break
+            target = lv
+            if cur - target >= self.config.max_step_down:
+                break
+        return (target, "confident-down") if target < cur else (cur, "hold")
+
+    def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
+        base = self.kairos.decide(snapshot)
+        self.model.observe(snapshot.observations)
+        last = self._recent[-1].t_s if self._recent else float("-inf")
+        self._recent.extend(
+            o for o in sorted(snapshot.observations, key=lambda o: o.t_s) if o.t_s > last
+        )
+        self._track_agents(snapshot)
+        shape = typical_shape(list(self._recent))
+        if not self.model.ready or shape is None:
+            return self._emit(snapshot, base, base.level, f"warmup-{base.reason}", {})
+        self._current_level(snapshot)
+        margins, bare = self._margins_now(snapshot, base.usage_tokens, shape)
+        for lv, m in margins.items():
+            self._margins[lv].append(m)
+        if base.boost:
+            level = self._boost_level(snapshot, shape)
+            return self._emit(snapshot, base, level, base.reason, margins)
+        floor = self.efficient_floor(shape)
+        level, reason = self._choose(snapshot.epoch, margins, bare, floor)
+        return self._emit(snapshot, base, level, reason, margins)
+
+    def _emit(
+        self,
+        snap: InstanceSnapshot,
+        base: ControlDecision,
+        level: int,
+        reason: str,
+        margins: dict[int, float],
+    ) -> ControlDecision:
+        if level != self._level:
+            self._changed_epoch = snap.epoch
+        self._level = level
+        extras = {f"margin_l{lv}": m for lv, m in margins.items()}
+        if margins:
+            extras["slo_slack"] = margins[level]
+        err = self.model.error
+        if err is not None:
+            extras["model_error"] = err
+        extras["model_observations"] = float(self.model.observed)
+        return replace(
+            base,
+            level=level,
+            clock_mhz=self.levels.clock_of(level),
+            reason=reason,
+            extras=extras,
+        )

@@ -1,0 +1,134 @@
+"""The numpy NNLS and the online performance model (issue 10)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controllers.errors import InvalidSnapshotError
+from controllers.perf_model import (
+    OnlinePerfModel,
+    PerfModelConfig,
+    RequestShape,
+    clock_features,
+    nnls,
+    typical_shape,
+)
+from controllers.types import RequestObservation
+
+KNOTS = (660, 825, 975, 1140, 1305, 1470, 1620)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    n=st.integers(1, 6),
+    zeros=st.lists(st.booleans(), min_size=6, max_size=6),
+)
+def test_nnls_recovers_known_nonnegative_coefficients(seed: int, n: int, zeros: list[bool]) -> None:
+    rng = np.random.default_rng(seed)
+    a = rng.uniform(0.1, 2.0, size=(40, n))
+    x_true = rng.uniform(0.0, 3.0, size=n)
+    x_true[np.array(zeros[:n])] = 0.0
+    x = nnls(a, a @ x_true)
+    assert np.all(x >= 0)
+    np.testing.assert_allclose(x, x_true, atol=1e-6)
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000))
+def test_nnls_satisfies_kkt_on_infeasible_targets(seed: int) -> None:
+    """Where the unconstrained optimum is negative: x ≥ 0, gradient ≥ 0, complementary."""
+    rng = np.random.default_rng(seed)
+    a = rng.normal(size=(30, 5))
+    b = rng.normal(size=30)
+    x = nnls(a, b)
+    grad = a.T @ (a @ x - b)
+    assert np.all(x >= 0)
+    assert np.all(grad >= -1e-7)
+    np.testing.assert_allclose(x * grad, 0.0, atol=1e-7)
+
+
+def test_nnls_rejects_bad_shapes() -> None:
+    with pytest.raises(InvalidSnapshotError):
+        nnls(np.ones((3, 2)), np.ones(4))
+
+
+def test_clock_features_are_convex_and_decreasing_in_clock() -> None:
+    rows = [clock_features(f, KNOTS) for f in (600, 800, 1200, 1800)]
+    for lo, hi in itertools.pairwise(rows):
+        assert np.all(lo[1:] >= hi[1:])
+
+
+def _truth_tpot(clock_mhz: float, running: float, ctx: float) -> float:
+    """A synthetic GPU (not the simulator's): memory knee at 900 MHz."""
+    s_m = 1.0 + 0.05 * (1785 / clock_mhz - 1) if clock_mhz >= 900 else 1785 / clock_mhz * 0.52
+    return 0.004 + (0.006 + 0.0004 * running + 0.01 * ctx / 1e5) * s_m
+
+
+def _truth_ttft(clock_mhz: float, uncached: float, cached: float) -> float:
+    pairs = uncached * cached + uncached * (uncached + 1) / 2
+    return 0.01 + (2e-5 * uncached + 2e-9 * pairs) * 1785 / clock_mhz
+
+
+def synthetic_observations(n: int, seed: int = 0, t0: float = 0.0) -> list[RequestObservation]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        f = int(rng.choice((660, 825, 975, 1140, 1305, 1470, 1620, 1785)))
+        running = int(rng.integers(1, 30))
+        ctx = int(rng.integers(10_000, 400_000))
+        prompt = int(rng.integers(1000, 30_000))
+        cached = int(prompt * rng.uniform(0, 0.98))
+        out.append(
+            RequestObservation(
+                t_s=t0 + i,
+                prompt_tokens=prompt,
+                cached_tokens=cached,
+                completion_tokens=int(rng.integers(20, 400)),
+                ttft_s=_truth_ttft(f, prompt - cached, cached),
+                decode_s_per_token=_truth_tpot(f, running, ctx),
+                running=running,
+                active_context_tokens=ctx,
+                clock_mhz=f,
+            )
+        )
+    return out
+
+
+def test_model_is_not_ready_before_warmup_then_learns_the_clock() -> None:
+    model = OnlinePerfModel(KNOTS, PerfModelConfig(warmup=40, window=400, refit_every=20))
+    obs = synthetic_observations(300)
+    model.observe(obs[:30])
+    assert not model.ready
+    assert model.request_time_s(RequestShape(500, 8000, 100, 10, 2e5), 1000) is None
+    model.observe(obs[30:])
+    assert model.ready
+    assert model.error is not None and model.error < 0.05
+    shape = RequestShape(500, 8000, 100, 10, 2e5)
+    for f in (660, 900, 1305, 1785):
+        truth = _truth_ttft(f, 500, 8000) + 99 * _truth_tpot(f, 10, 2e5)
+        pred = model.request_time_s(shape, f)
+        assert pred is not None and abs(pred - truth) / truth < 0.05
+    slow = model.slowdown(shape, 660, 1785)
+    assert slow is not None and slow > 1.2
+
+
+def test_observe_deduplicates_by_time() -> None:
+    model = OnlinePerfModel(KNOTS)
+    obs = synthetic_observations(10)
+    assert model.observe(obs) == 10
+    assert model.observe(obs) == 0
+    assert model.observe(synthetic_observations(3, t0=100.0)) == 3
+
+
+def test_typical_shape_is_the_median() -> None:
+    obs = synthetic_observations(5)
+    shape = typical_shape(obs)
+    assert shape is not None
+    assert shape.running == float(np.median([o.running for o in obs]))
+    assert typical_shape([]) is None

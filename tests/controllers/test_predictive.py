@@ -1,0 +1,166 @@
+"""The predictive controller (policy ``predictive``, issue 10)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from controllers import (
+    AgentView,
+    FrequencyLevels,
+    InstanceSnapshot,
+    KairosConfig,
+    KairosController,
+    make_controller,
+)
+from controllers.errors import InvalidSnapshotError
+from controllers.predictive import PredictiveConfig, PredictiveController, confident_positive
+from tests.controllers.test_perf_model import synthetic_observations
+
+LEVELS = FrequencyLevels((660, 825, 975, 1140, 1305, 1470, 1620, 1785))
+CAP = 500_000
+
+
+def _agents(tputs: list[float], ctx: int = 10_000) -> tuple[AgentView, ...]:
+    return tuple(
+        AgentView(
+            agent_id=f"a{i}",
+            arrival_s=0.0,
+            context_tokens=ctx,
+            decode_tokens=int(t * 100),
+            llm_time_s=100.0,
+            completed_steps=5,
+        )
+        for i, t in enumerate(tputs)
+    )
+
+
+def _snap(epoch: int, tputs: list[float], clock: int, obs: int = 0) -> InstanceSnapshot:
+    return InstanceSnapshot(
+        now_s=5.0 * epoch + 1000.0,
+        epoch=epoch,
+        capacity_tokens=CAP,
+        ongoing=_agents(tputs),
+        clock_mhz=clock,
+        observations=tuple(synthetic_observations(obs, seed=epoch, t0=epoch * 1000.0)),
+    )
+
+
+def _warm(ctrl: PredictiveController, clock: int, tputs: list[float]) -> int:
+    """Feed enough observations to pass warm-up; return the next epoch number."""
+    ctrl.decide(_snap(0, tputs, clock, obs=200))
+    assert ctrl.model.ready
+    return 1
+
+
+def test_registry_builds_predictive() -> None:
+    ctrl = make_controller("predictive", LEVELS)
+    assert ctrl.name == "predictive"
+    assert ctrl.admission_control
+
+
+def test_follows_kairos_until_warm() -> None:
+    ctrl = PredictiveController(LEVELS)
+    kairos = KairosController(LEVELS)
+    snap = _snap(0, [60.0, 70.0], 1785, obs=5)
+    d = ctrl.decide(snap)
+    k = kairos.decide(snap)
+    assert (d.level, d.admit, d.defer_admissions) == (k.level, k.admit, k.defer_admissions)
+    assert d.reason.startswith("warmup")
+
+
+def test_steps_down_only_after_confidence_and_cooldown() -> None:
+    cfg = PredictiveConfig(min_samples=4, cooldown_epochs=3, max_step_down=1)
+    ctrl = PredictiveController(LEVELS, config=cfg)
+    epoch = _warm(ctrl, 1785, [80.0, 90.0])
+    clock, levels_seen = 1785, []
+    for e in range(epoch, epoch + 40):
+        d = ctrl.decide(_snap(e, [80.0, 90.0], clock))
+        levels_seen.append(d.level)
+        clock = d.clock_mhz
+    assert levels_seen[0] == LEVELS.count  # one margin sample: not confident yet
+    drops = [i for i in range(1, len(levels_seen)) if levels_seen[i] < levels_seen[i - 1]]
+    assert drops, "ample slack should eventually step down"
+    assert levels_seen[drops[0] - 1] == LEVELS.count
+    assert all(b - a >= cfg.cooldown_epochs for a, b in itertools.pairwise(drops))
+    assert levels_seen[-1] < LEVELS.count
+
+
+def test_steps_up_at_once_when_predicted_below_slo() -> None:
+    cfg = PredictiveConfig(future_share=1.0)
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0), cfg)
+    epoch = _warm(ctrl, 975, [80.0])
+    # At 975 MHz the slowest agent makes 21.9 tok/s: above τ (no KAIROS boost) but
+    # below τ·(1+margin) = 22, so the controller must raise the clock now.
+    d = ctrl.decide(_snap(epoch, [21.9, 60.0], 975))
+    assert d.level > 3
+    assert d.reason == "predicted-slo-up"
+    assert not d.boost
+
+
+def test_keeps_kairos_boost() -> None:
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    epoch = _warm(ctrl, 975, [80.0])
+    d = ctrl.decide(_snap(epoch, [5.0, 60.0], 975))
+    assert d.boost and d.level == LEVELS.count
+
+
+def test_context_projection_blocks_lower_clocks() -> None:
+    """Near α·U_max a lower clock would stretch lifetimes past the limit."""
+    ctrl = PredictiveController(LEVELS)
+    epoch = _warm(ctrl, 975, [80.0])
+    now = 1000.0 + 5 * epoch
+    busy = tuple(
+        AgentView(f"a{i}", now - 110.0, 10_000, None, 8000, 100.0, 5) for i in range(37)
+    )  # 370k tokens ≈ 0.74·U_max, agents spend ~90 % of their life on the LLM
+    for e in range(epoch, epoch + 30):
+        d = ctrl.decide(InstanceSnapshot(now, e, CAP, ongoing=busy, clock_mhz=975))
+        assert d.level >= 3
+        now += 5.0
+    assert d.extras["margin_l2"] < 0 <= d.extras["margin_l3"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tputs=st.lists(st.floats(1.0, 200.0), min_size=1, max_size=8),
+    level=st.integers(1, LEVELS.count),
+    slo=st.sampled_from([20.0, 35.0, 45.0]),
+)
+def test_never_steps_down_without_confidence_and_always_up_when_short(
+    tputs: list[float], level: int, slo: float
+) -> None:
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=slo))
+    clock = LEVELS.clock_of(level)
+    epoch = _warm(ctrl, clock, tputs)
+    # Only one margin sample per level exists: a step down is never confident.
+    d = ctrl.decide(_snap(epoch, tputs, clock))
+    assert d.level >= level
+    if min(tputs) < slo and level < LEVELS.count:  # below the SLO: up at once
+        assert d.level > level
+
+
+def test_confident_positive_is_the_two_se_rule() -> None:
+    assert not confident_positive([0.5, 0.5, 0.5], 2.0, 4)
+    assert confident_positive([0.5, 0.52, 0.49, 0.51], 2.0, 4)
+    assert not confident_positive([1.0, -0.9, 1.1, -1.0], 2.0, 4)
+    assert not confident_positive([-0.2, -0.2, -0.2, -0.2], 2.0, 4)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.floats(-5.0, 5.0), min_size=2, max_size=30))
+def test_confident_positive_implies_mean_above_two_se(samples: list[float]) -> None:
+    if confident_positive(samples, 2.0, 2):
+        n = len(samples)
+        mean = sum(samples) / n
+        var = sum((s - mean) ** 2 for s in samples) / (n - 1)
+        assert mean > 0 and mean > 2.0 * (var / n) ** 0.5
+
+
+def test_config_validation() -> None:
+    with pytest.raises(InvalidSnapshotError):
+        PredictiveConfig(margin=-0.1)
+    with pytest.raises(InvalidSnapshotError):
+        PredictiveConfig(min_samples=1)
