@@ -1,0 +1,1 @@
+"""Building blocks of ``scripts/results.py`` (issue 9): plan, runs, oracle, items, rendering."""
