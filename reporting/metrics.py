@@ -18,6 +18,25 @@ import numpy as np
 
 from reporting.records import AgentRecord, EpochRecord
 
+SPEC_JSON_KEYS: frozenset[str] = frozenset(
+    {
+        "policy",
+        "avg_power_w",
+        "energy_j",
+        "energy_per_output_token_j",
+        "p5_agent_throughput_tok_s",
+        "slo_attainment",
+        "job_throughput_per_s",
+        "completed_agents",
+        "preemptions",
+        "recomputed_tokens",
+        "boost_fraction",
+        "mean_pending_s",
+    }
+)
+"""Keys every ``kairos sim --json`` / ``kairos report --json`` object carries
+(SPEC §4: scripts and operators rely on them)."""
+
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """``q``-th percentile (0–100) or None for no values."""

@@ -77,3 +77,11 @@ def test_summary() -> None:
     assert s.slo_attainment == pytest.approx(0.5)
     assert s.time_at_clock_s == {900: 5.0, 1785: 5.0}
     assert s.job_throughput_per_s == pytest.approx(2 / 10.0)
+
+
+def test_summary_carries_every_spec_json_key() -> None:
+    from dataclasses import fields
+
+    from reporting.metrics import SPEC_JSON_KEYS, Summary
+
+    assert {f.name for f in fields(Summary)} >= SPEC_JSON_KEYS

@@ -8,23 +8,11 @@ import typer
 from typer.testing import CliRunner
 
 from reporting.cli import register
+from reporting.metrics import SPEC_JSON_KEYS
 from reporting.records import AgentRecord, EpochRecord, JsonlWriter, RunRecord
 from reporting.report import build_reports, group_records
 
-REQUIRED = {
-    "policy",
-    "avg_power_w",
-    "energy_j",
-    "energy_per_output_token_j",
-    "p5_agent_throughput_tok_s",
-    "slo_attainment",
-    "job_throughput_per_s",
-    "completed_agents",
-    "preemptions",
-    "recomputed_tokens",
-    "boost_fraction",
-    "mean_pending_s",
-}
+REQUIRED = SPEC_JSON_KEYS
 
 
 def ep(i: int, inst: str, power: float, clock: int, policy: str = "kairos", run: str = "",

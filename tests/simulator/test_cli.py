@@ -9,22 +9,10 @@ import pytest
 from typer.testing import CliRunner
 
 from kairos_cli.main import build_app
+from reporting.metrics import SPEC_JSON_KEYS
 from tests.simulator.conftest import DATA
 
-SPEC_KEYS = {
-    "policy",
-    "avg_power_w",
-    "energy_j",
-    "energy_per_output_token_j",
-    "p5_agent_throughput_tok_s",
-    "slo_attainment",
-    "job_throughput_per_s",
-    "completed_agents",
-    "preemptions",
-    "recomputed_tokens",
-    "boost_fraction",
-    "mean_pending_s",
-}
+SPEC_KEYS = SPEC_JSON_KEYS
 
 
 def test_compare_json_list_with_spec_keys_records_and_plots(tmp_path: Path) -> None:
