@@ -3,7 +3,7 @@
 Starts 2 fake vLLM instances with simulated H100s, 2 ``kairosd`` daemons (sim
 backend), the router, and replay agents through ``id-tracker``; runs the same
 time-accelerated paper-like workload once per policy; stops everything; prints a
-side-by-side power report and the paths of the PNG plots. Takes ≈4 minutes on
+side-by-side power report and the paths of the PNG plots. Takes ≈3 minutes on
 2 cores. ``--quick`` runs a shorter workload (the end-to-end test uses it).
 """
 
@@ -46,6 +46,12 @@ def parse_args() -> argparse.Namespace:
         help="Simulated seconds per real second.",
     )
     p.add_argument("--seed", type=int, default=DEFAULTS.seed)
+    p.add_argument(
+        "--kv-capacity-tokens",
+        type=int,
+        default=DEFAULTS.kv_capacity_tokens,
+        help="KV cache per simulated instance, tokens (default: the demo's).",
+    )
     p.add_argument("--json", action="store_true", help="Also print the summaries as JSON.")
     return p.parse_args()
 
@@ -58,6 +64,7 @@ async def amain(args: argparse.Namespace) -> None:
         drain_s=args.drain_s,
         speedup=args.speedup,
         seed=args.seed,
+        kv_capacity_tokens=args.kv_capacity_tokens,
     )
     arrivals = arrivals_for(cfg, PaperWorkload(seed=cfg.seed))
     print(
