@@ -12,6 +12,18 @@ from typing import Protocol
 from controllers.frequency import FrequencyLevels
 
 
+def agent_throughput_tok_s(
+    decode_tokens: int, llm_time_s: float, completed_steps: int
+) -> float | None:
+    """Eq. 3/10: Σ decode tokens / Σ request latency, or None without history.
+
+    The one definition the controllers, the router's ledger and the simulator share.
+    """
+    if completed_steps <= 0 or llm_time_s <= 0.0:
+        return None
+    return decode_tokens / llm_time_s
+
+
 @dataclass(frozen=True, slots=True)
 class AgentView:
     """What a controller may know about one agent at an epoch.
@@ -38,9 +50,7 @@ class AgentView:
     @property
     def throughput_tok_s(self) -> float | None:
         """Eq. 10: Σ decode tokens / Σ request latency, or None without history."""
-        if self.completed_steps <= 0 or self.llm_time_s <= 0.0:
-            return None
-        return self.decode_tokens / self.llm_time_s
+        return agent_throughput_tok_s(self.decode_tokens, self.llm_time_s, self.completed_steps)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from controllers.types import AgentView
+from controllers.types import AgentView, agent_throughput_tok_s
 
 
 @dataclass(slots=True)
@@ -52,9 +52,7 @@ class Agent:
     @property
     def throughput_tok_s(self) -> float | None:
         """Eq. 3: Σ decode tokens / Σ request latency (None without history)."""
-        if self.turns <= 0 or self.llm_time_s <= 0.0:
-            return None
-        return self.decode_tokens / self.llm_time_s
+        return agent_throughput_tok_s(self.decode_tokens, self.llm_time_s, self.turns)
 
     def to_row(self, now_s: float, now_unix_s: float) -> dict[str, Any]:
         """JSON-able persistent form (monotonic times become ages)."""

@@ -10,6 +10,7 @@ the :class:`~controllers.AgentView` the controllers see and the
 from __future__ import annotations
 
 from controllers import AgentView
+from controllers.types import agent_throughput_tok_s
 from reporting.records import AgentRecord
 from simulator.workload import AgentProgram, Turn
 
@@ -102,7 +103,7 @@ class SimAgent:
     def record(
         self, end_s: float, slo_tok_s: float, run: str, names: list[str], reason: str = "end"
     ) -> AgentRecord:
-        tput = self.decode_tokens / self.llm_time_s if self.llm_time_s > 0 else None
+        tput = agent_throughput_tok_s(self.decode_tokens, self.llm_time_s, self.steps)
         return AgentRecord(
             agent_id=self.agent_id,
             start_s=self.arrival_s,
