@@ -129,21 +129,27 @@ class FleetBudget:
         return d.min_throughput_tok_s * f_ratio / self.config.slo_tok_s - 1.0
 
     # -------------------------------------------------------------- allocate
-    def allocate(self, views: Sequence[InstancePower]) -> BudgetOutcome:
-        """Lower clocks (most slack first) until the predicted fleet power fits."""
+    def allocate(self, views: Sequence[InstancePower], *, reserved_w: float = 0.0) -> BudgetOutcome:
+        """Lower clocks (most slack first) until the predicted fleet power fits.
+
+        ``reserved_w`` is power outside these views that the cap must also cover
+        (instances nobody can lower right now: a stale daemon, an observe-only
+        one); the views share what is left of the cap.
+        """
         cfg = self.config
+        cap_w = max(cfg.cap_w - reserved_w, 0.0)
         self.epochs += 1
         measured = [v.measured_power_w for v in views if v.measured_power_w is not None]
         if self._last_predicted_w is not None and len(measured) == len(views):
             # Quantile tracking: the headroom grows by q·η after an epoch over the
             # cap and shrinks by (1 − q)·η after one under it, so in steady state
             # a fraction 1 − q of epochs exceeds the cap, whatever the noise.
-            over = sum(measured) > cfg.cap_w
+            over = sum(measured) > cap_w
             step = cfg.correction_gain * cfg.cap_w / 100.0
             self._bias_w += step * (cfg.quantile if over else -(1.0 - cfg.quantile))
             self._bias_w = min(max(self._bias_w, 0.0), 0.5 * cfg.cap_w)
         self._learn(views)
-        cap = cfg.cap_w - self._bias_w
+        cap = cap_w - self._bias_w
         levels = {v.name: v.decision.level for v in views}
         power = {v.name: self.predict_w(v, v.levels.clock_of(levels[v.name])) for v in views}
         lowered, conflict = 0, False

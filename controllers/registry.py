@@ -76,4 +76,8 @@ def make_placement_policy(name: str, theta_cons: float = 0.5) -> PlacementPolicy
     """Placement by name, including ``confident`` (``controllers.confident_placement``)."""
     if name == "confident":
         return ConfidentPlacement(theta=theta_cons)
+    if name not in PLACEMENT_NAMES:
+        raise UnknownPolicyError(
+            f"unknown placement policy {name!r}; choose one of {', '.join(PLACEMENT_NAMES)}"
+        )
     return make_placement(name, theta_cons)

@@ -12,6 +12,7 @@ GET      /kairos/v1/agents/{agent_id}             → agent status object (route
 GET      /kairos/v1/instances                     → ``{"instances": [...]}`` (router-defined)
 GET      /kairos/v1/instances/{name}/state        → :class:`InstanceState`
 POST     /kairos/v1/instances/{name}/decision     :class:`AdmissionDecision` → :class:`DecisionAck`
+GET      /kairos/v1/fleet                         → fleet power budget state (router-defined)
 =======  =======================================  =====================================
 
 Control endpoints are authenticated with ``Authorization: Bearer <control
@@ -214,6 +215,14 @@ class AdmissionDecision:
     the daemon as stale and falls back to its local same-rule admission.
     ``admission_control``: false when the daemon's policy admits everyone at once
     (no-control, fixed clocks, kairos-no-ta); the router then holds no agent.
+
+    Fleet power budget (optional; old daemons omit them and are not capped):
+    ``levels_mhz`` are the clocks the daemon may be capped to (empty when it
+    cannot change clocks, e.g. observe mode); ``measured_power_w`` and
+    ``measured_clock_mhz`` are what the instance drew over its last closed
+    epoch and at which clock; ``min_throughput_tok_s`` is the slowest agent's
+    Eq. 3 throughput and ``extras`` the controller's own numbers (the predictive
+    controller's per-level SLO slack ``margin_l{level}``).
     """
 
     instance: str
@@ -230,6 +239,10 @@ class AdmissionDecision:
     admission_control: bool = True
     extras: dict[str, float] = field(default_factory=dict)
     version: int = WIRE_VERSION
+    levels_mhz: tuple[int, ...] = ()
+    measured_power_w: float | None = None
+    measured_clock_mhz: int | None = None
+    min_throughput_tok_s: float | None = None
 
     @property
     def order_key(self) -> tuple[float, int]:
@@ -239,6 +252,7 @@ class AdmissionDecision:
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out["admit"] = list(self.admit)
+        out["levels_mhz"] = list(self.levels_mhz)
         return out
 
     @classmethod
@@ -247,6 +261,11 @@ class AdmissionDecision:
         if not all(isinstance(a, str) for a in admit):
             raise WireFormatError("field 'admit' must be a list of agent ids")
         extras = _get(obj, "extras", dict, {})
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in extras.values()):
+            raise WireFormatError("field 'extras' must map names to numbers")
+        levels = _get(obj, "levels_mhz", list, [])
+        if not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in levels):
+            raise WireFormatError("field 'levels_mhz' must be a list of positive MHz integers")
         return cls(
             instance=_get(obj, "instance", str),
             daemon_id=_get(obj, "daemon_id", str),
@@ -262,19 +281,39 @@ class AdmissionDecision:
             admission_control=_get(obj, "admission_control", bool, True),
             extras={str(k): float(v) for k, v in extras.items()},
             version=_get(obj, "version", int, WIRE_VERSION),
+            levels_mhz=tuple(sorted(set(levels))),
+            measured_power_w=_get(obj, "measured_power_w", float, None),
+            measured_clock_mhz=_get(obj, "measured_clock_mhz", int, None),
+            min_throughput_tok_s=_get(obj, "min_throughput_tok_s", float, None),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class DecisionAck:
-    """router → daemon: whether the decision was applied and whom it admitted."""
+    """router → daemon: whether the decision was applied and whom it admitted.
+
+    ``clock_cap_mhz``: the fleet power budget's upper bound on this instance's
+    clock, valid for the decision's ``valid_for_s`` (None: no cap);
+    ``budget_conflict``: meeting the fleet cap needed an SLO-unsafe step (or was
+    impossible). Old routers omit both, which means no cap.
+    """
 
     accepted: bool
     admitted: tuple[str, ...] = ()
     reason: str = ""
+    clock_cap_mhz: int | None = None
+    budget_conflict: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"accepted": self.accepted, "admitted": list(self.admitted), "reason": self.reason}
+        out: dict[str, Any] = {
+            "accepted": self.accepted,
+            "admitted": list(self.admitted),
+            "reason": self.reason,
+        }
+        if self.clock_cap_mhz is not None or self.budget_conflict:  # only with a budget
+            out["clock_cap_mhz"] = self.clock_cap_mhz
+            out["budget_conflict"] = self.budget_conflict
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> DecisionAck:
@@ -282,4 +321,6 @@ class DecisionAck:
             accepted=_get(obj, "accepted", bool),
             admitted=tuple(_get(obj, "admitted", list, [])),
             reason=_get(obj, "reason", str, ""),
+            clock_cap_mhz=_get(obj, "clock_cap_mhz", int, None),
+            budget_conflict=_get(obj, "budget_conflict", bool, False),
         )

@@ -14,6 +14,12 @@ known capacity — or admit everyone if capacity was never known — so agents a
 never starved by a broken monitor. Clocks are reset on every way out
 (:meth:`Daemon.shutdown`), and reconciled at start-up by the caller
 (:func:`kairosd.startup.prepare_backend`).
+
+Fleet power budget: when the router coordinates one, the ack of each decision
+may carry a clock cap. The daemon applies ``min(decision, cap)`` snapped down
+to a level — the cap is a hard limit and wins even over the SLO boost — and
+honours it only for the decision's validity: if the router stops answering,
+the cap lapses with it and the stale-input fail-safe applies uncapped.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -119,6 +126,10 @@ class Daemon:
         self._started_s = clock()
         self._instant_power_w: float | None = None
         self._epoch_done = asyncio.Event()
+        self.clock_cap_mhz: int | None = None
+        self._cap_until_s = 0.0
+        self._budget_conflict = False
+        self._measured: tuple[float, int] | None = None  # (W, MHz) of the last closed epoch
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -217,6 +228,7 @@ class Daemon:
         """Send the admission decision; returns how many agents the router admitted."""
         if self.router is None or not fresh:
             return 0
+        measured_w, measured_mhz = self._measured or (None, None)
         msg = AdmissionDecision(
             instance=self.config.instance,
             daemon_id=self.daemon_id,
@@ -230,6 +242,12 @@ class Daemon:
             valid_for_s=self.config.epoch_s * self.config.decision_valid_epochs,
             policy=self.controller.name,
             admission_control=self.controller.admission_control,
+            extras={k: v for k, v in decision.extras.items() if math.isfinite(v)},  # strict JSON
+            # Observe mode cannot follow a cap: the router counts its power as fixed.
+            levels_mhz=self.controller.levels.clocks_mhz if self.backend.controls else (),
+            measured_power_w=measured_w,
+            measured_clock_mhz=measured_mhz,
+            min_throughput_tok_s=decision.min_throughput_tok_s,
         )
         try:
             ack = await self.router.post_decision(msg)
@@ -238,9 +256,40 @@ class Daemon:
             log.warning("decision_not_delivered", error=str(exc), epoch=decision.epoch)
             return 0
         self.last_ack = ack
+        self._take_cap(ack, msg.valid_for_s)
         if not ack.accepted:
             log.info("decision_rejected", epoch=decision.epoch, reason=ack.reason)
         return len(ack.admitted) if ack.accepted else 0
+
+    def _take_cap(self, ack: DecisionAck, valid_for_s: float) -> None:
+        """Hold the router's cap for as long as the decision it answers is valid."""
+        if (ack.clock_cap_mhz is None) != (self.clock_cap_mhz is None):  # not every move
+            log.info("fleet_clock_cap", clock_cap_mhz=ack.clock_cap_mhz, epoch=self.epoch)
+        self.clock_cap_mhz = ack.clock_cap_mhz
+        self._cap_until_s = self.clock() + valid_for_s
+        self._budget_conflict = ack.budget_conflict
+
+    def _capped(self, decision: ControlDecision, reason: str) -> tuple[ControlDecision, str]:
+        """``min(decision, cap)`` snapped down to a level, while the cap is valid."""
+        if self.clock_cap_mhz is not None and (
+            self.clock() >= self._cap_until_s or self.failsafe_reason == "router"
+        ):
+            log.info("fleet_clock_cap_lapsed", clock_cap_mhz=self.clock_cap_mhz, epoch=self.epoch)
+            self.clock_cap_mhz, self._budget_conflict = None, False
+        cap = self.clock_cap_mhz
+        self.metrics.observe_cap(cap, self._budget_conflict)
+        if cap is None or decision.clock_mhz <= cap:
+            return decision, reason
+        levels = self.controller.levels
+        level = levels.level_of(cap)
+        capped = dataclasses.replace(
+            decision,
+            level=level,
+            clock_mhz=levels.clock_of(level),
+            reason=f"budget-cap({decision.reason})",
+        )
+        self.metrics.capped_epochs.labels(self.config.instance).inc()
+        return capped, f"budget-cap:{reason}"
 
     async def _apply_clock(self, clock_mhz: int) -> None:
         """Lock the clock if it changed; permission loss degrades to observe mode."""
@@ -301,12 +350,16 @@ class Daemon:
             carry, self._open = self._open, None
             log.warning("epoch_extended_gpu_unreadable", epoch=carry.epoch)
         else:
-            self._close(now, gpus)
+            closed = self._close(now, gpus)
+            if closed is not None and closed.epoch_s > 0:
+                clock = closed.actual_clock_mhz or closed.target_clock_mhz
+                self._measured = (closed.avg_power_w, clock)
         held = EpochInputs(now_s=now, router=self._router_in.value, vllm=self._vllm_in.value)
         decision, reason = self._decide(held)
         if not self.backend.controls:
             reason += " (observe)"
         admitted = await self._post(decision, fresh=router_state is not None)
+        decision, reason = self._capped(decision, reason)
         await self._apply_clock(decision.clock_mhz)
         ongoing, pending = agent_counts(held, self.config.standalone)
         vl = self._vllm_in.value
@@ -396,6 +449,8 @@ class Daemon:
             parts.append("observe mode: clocks are not changed")
         if self.failsafe_reason:
             parts.append(f"FAILSAFE max clock ({self.failsafe_reason} stale)")
+        if self.clock_cap_mhz is not None:
+            parts.append(f"fleet budget cap {self.clock_cap_mhz} MHz")
         return "; ".join(parts)
 
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -415,6 +470,8 @@ class Daemon:
             "controls_clocks": self.backend.controls,
             "policy": self.controller.name,
             "applied_clock_mhz": self.applied_clock_mhz,
+            "clock_cap_mhz": self.clock_cap_mhz,
+            "budget_conflict": self._budget_conflict,
             "status": self.status_line(),
         }
 

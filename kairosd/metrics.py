@@ -50,6 +50,15 @@ class DaemonMetrics:
         self.slo_slack = gauge(
             "kairosd_predicted_slo_slack", "Predicted SLO margin at the chosen clock (predictive)"
         )
+        self.clock_cap = gauge(
+            "kairosd_clock_cap_mhz", "Fleet power budget's clock cap from the router (0 = none)"
+        )
+        self.budget_conflict = gauge(
+            "kairosd_budget_conflict", "1 while the router reports the fleet cap and SLO conflict"
+        )
+        self.capped_epochs = counter(
+            "kairosd_budget_capped_epochs", "Epochs whose clock the fleet budget lowered"
+        )
         self.epoch_duration = Histogram(
             "kairosd_epoch_duration_seconds",
             "Wall time of one epoch's work (inputs, decision, actuation)",
@@ -89,6 +98,10 @@ class DaemonMetrics:
             self.model_observations.labels(i).set(extras["model_observations"])
         if "slo_slack" in extras:
             self.slo_slack.labels(i).set(extras["slo_slack"])
+
+    def observe_cap(self, cap_mhz: int | None, conflict: bool) -> None:
+        self.clock_cap.labels(self.instance).set(cap_mhz or 0)
+        self.budget_conflict.labels(self.instance).set(1 if conflict else 0)
 
     def input_error(self, which: str) -> None:
         self.input_errors.labels(self.instance, which).inc()

@@ -260,7 +260,8 @@ class FakeRouter(_Served):
 
     Applies decisions like the real contract: only strictly newer
     ``(daemon_start_unix_s, epoch)`` keys, and only agents still pending.
-    ``down`` answers 503 to everything.
+    ``down`` answers 503 to everything. ``clock_cap_mhz`` / ``budget_conflict``
+    are put in every applied decision's ack, as a router with a fleet budget does.
     """
 
     instance: str = "gpu0"
@@ -271,6 +272,8 @@ class FakeRouter(_Served):
     down: bool = False
     decisions: list[AdmissionDecision] = field(default_factory=list)
     acks: list[DecisionAck] = field(default_factory=list)
+    clock_cap_mhz: int | None = None
+    budget_conflict: bool = False
 
     def __post_init__(self) -> None:
         _Served.__init__(self)
@@ -311,7 +314,12 @@ class FakeRouter(_Served):
             admitted = [a for a in self.pending if a.agent_id in set(decision.admit)]
             self.pending = [a for a in self.pending if a not in admitted]
             self.ongoing.extend(admitted)
-            ack = DecisionAck(accepted=True, admitted=tuple(a.agent_id for a in admitted))
+            ack = DecisionAck(
+                accepted=True,
+                admitted=tuple(a.agent_id for a in admitted),
+                clock_cap_mhz=self.clock_cap_mhz,
+                budget_conflict=self.budget_conflict,
+            )
         self.acks.append(ack)
         self._signal()
         return web.json_response(ack.to_json())

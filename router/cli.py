@@ -57,7 +57,9 @@ def run(
     ] = None,
     placement: Annotated[
         str | None,
-        typer.Option(help="Placement policy: consolidating (default), round-robin, least-context."),
+        typer.Option(
+            help="Placement policy: consolidating (default), round-robin, least-context, confident."
+        ),
     ] = None,
     signing_secret_file: Annotated[
         Path | None,

@@ -10,21 +10,67 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from controllers.confident_placement import ConfidentReassignmentConfig
+from controllers.registry import PLACEMENT_NAMES
 from kairos_common.errors import ConfigError
 
 ENV_PREFIX = "KAIROS_ROUTER"
 MIB = 1024 * 1024
+_CONFIDENT = ConfidentReassignmentConfig()
 
 
 @dataclass(frozen=True)
 class PlacementSettings:
-    """Algorithm 2/3 constants."""
+    """Algorithm 2/3 constants, and the ``confident`` policy's reassignment knobs.
+
+    ``hot``, ``cool``, ``recompute_factor`` and ``confirm`` only matter with
+    ``policy = "confident"`` (``controllers.confident_placement``); they default to
+    the simulator's values so a policy tuned there behaves the same here. Its
+    reassignment interval is ``reassign_interval_requests``.
+    """
 
     policy: str = "consolidating"
     theta_cons: float = 0.5
     reassign: bool = True
     reassign_interval_requests: int = 8
     rho: float = 2.0
+    hot: float = _CONFIDENT.hot
+    cool: float = _CONFIDENT.cool
+    recompute_factor: float = _CONFIDENT.recompute_factor
+    confirm: int = _CONFIDENT.confirm
+
+    def __post_init__(self) -> None:
+        if self.policy not in PLACEMENT_NAMES:
+            raise ConfigError(
+                f"policy: unknown placement policy {self.policy!r}; "
+                f"choose one of {', '.join(PLACEMENT_NAMES)}"
+            )
+        if not 0.0 < self.theta_cons <= 1.0:
+            raise ConfigError(f"theta_cons must be in (0, 1], got {self.theta_cons}")
+        if self.reassign_interval_requests < 1:
+            raise ConfigError(
+                f"reassign_interval_requests must be >= 1, got {self.reassign_interval_requests}"
+            )
+        if self.rho <= 0.0:
+            raise ConfigError(f"rho must be positive, got {self.rho}")
+        if not 0.0 < self.hot <= 1.0:
+            raise ConfigError(f"hot must be in (0, 1] (a fraction of U_max), got {self.hot}")
+        if not 0.0 < self.cool <= self.hot:
+            raise ConfigError(f"cool must be in (0, hot={self.hot}], got {self.cool}")
+        if self.recompute_factor < 0.0:
+            raise ConfigError(f"recompute_factor must be >= 0, got {self.recompute_factor}")
+        if self.confirm < 1:
+            raise ConfigError(f"confirm must be >= 1, got {self.confirm}")
+
+    def confident_reassignment(self) -> ConfidentReassignmentConfig:
+        """The ``confident`` policy's reassignment constants from these settings."""
+        return ConfidentReassignmentConfig(
+            interval_requests=self.reassign_interval_requests,
+            hot=self.hot,
+            cool=self.cool,
+            recompute_factor=self.recompute_factor,
+            confirm=self.confirm,
+        )
 
 
 @dataclass(frozen=True)
@@ -41,6 +87,31 @@ class AdmissionSettings:
     retry_after_s: float = 5.0
     capacity_tokens: int | None = None
     stale_after_s: float | None = None
+
+
+@dataclass(frozen=True)
+class FleetBudgetSettings:
+    """``[fleet_budget]``: a cap on the summed power of every instance's GPUs.
+
+    The router coordinates it (``router/fleet_budget.py``); off while ``cap_w``
+    is unset. The SLO is the router's ``slo_tok_s``; see docs/kairosd.md.
+    """
+
+    cap_w: float | None = None
+    margin: float = 0.1
+    """Lowering an instance is SLO-safe while its predicted slack stays ≥ this."""
+    quantile: float = 0.95
+    """Fraction of rounds whose measured fleet power should stay under the cap."""
+    correction_gain: float = 1.0
+    """Headroom step per round, in % of the cap."""
+
+    def __post_init__(self) -> None:
+        if self.cap_w is not None and self.cap_w <= 0:
+            raise ConfigError("fleet_budget.cap_w must be positive (unset = no budget)")
+        if not 0.0 < self.quantile < 1.0:
+            raise ConfigError("fleet_budget.quantile must be in (0, 1)")
+        if self.correction_gain < 0:
+            raise ConfigError("fleet_budget.correction_gain must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -78,6 +149,7 @@ class RouterConfig:
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     timeouts: TimeoutSettings = field(default_factory=TimeoutSettings)
+    fleet_budget: FleetBudgetSettings = field(default_factory=FleetBudgetSettings)
 
     def __post_init__(self) -> None:
         if self.anonymous not in ("one-turn", "api-key"):

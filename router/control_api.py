@@ -2,11 +2,15 @@
 
 * agents: start / end / status — used by ``id-tracker``;
 * instances: list, per-instance state snapshot and admission decisions — used by
-  each instance's ``kairosd``.
+  each instance's ``kairosd``;
+* fleet: the fleet power budget's state (``GET /kairos/v1/fleet``); with a budget
+  configured, each decision's ack carries the instance's clock cap
+  (:mod:`router.fleet_budget`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -48,6 +52,7 @@ class ControlApi:
             web.get(f"{p}/instances", self.list_instances),
             web.get(f"{p}/instances/{{name}}/state", self.instance_state),
             web.post(f"{p}/instances/{{name}}/decision", self.decision),
+            web.get(f"{p}/fleet", self.fleet),
         ]
 
     def _auth(self, request: web.Request) -> None:
@@ -94,4 +99,21 @@ class ControlApi:
         inst = self.core.pool.resolve(name)
         if self.core.pool.resolve(decision.instance) is not inst:
             raise BadRequestError("decision names a different instance than the URL")
-        return web.json_response(self.core.admission.apply_decision(decision).to_json())
+        ack = self.core.admission.apply_decision(decision)
+        fleet = self.core.fleet
+        if fleet is not None:
+            names = [i.name for i in self.core.pool]
+            if ack.accepted:
+                cap, conflict = fleet.on_decision(inst.name, decision, names)
+            else:  # a repeat: the cap in force still holds
+                cap, conflict = fleet.cap_for(inst.name)
+            ack = dataclasses.replace(ack, clock_cap_mhz=cap, budget_conflict=conflict)
+        return web.json_response(ack.to_json())
+
+    async def fleet(self, request: web.Request) -> web.Response:
+        """The fleet power budget: cap, predicted and measured W, per-instance caps."""
+        self._auth(request)
+        names = [i.name for i in self.core.pool]
+        if self.core.fleet is None:
+            return web.json_response({"enabled": False, "cap_w": None, "instances": {}})
+        return web.json_response(self.core.fleet.state(names))

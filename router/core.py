@@ -14,15 +14,15 @@ import structlog
 
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
-from controllers.placement import ReassignmentConfig, ReassignmentRule, make_placement
 from reporting.records import JsonlWriter
 from router.admission import AdmissionService
 from router.agents import AgentService
 from router.config import RouterConfig, parse_backend
 from router.errors import NoBackendError
+from router.fleet_budget import FleetBudgetService
 from router.instances import Instance, InstancePool
 from router.ledger import Agent, Ledger
-from router.metrics import InstanceGauges, RouterMetrics
+from router.metrics import FleetMetrics, InstanceGauges, RouterMetrics
 from router.observations import ObservationLog
 from router.placement_service import PlacementService
 from router.store import StateStore
@@ -65,17 +65,8 @@ class RouterCore:
         self.admission = AdmissionService(
             self.pool, self.ledger, controller, adm, self.metrics, clock, self.observations
         )
-        pl = config.placement
-        self.placement = PlacementService(
-            self.pool,
-            self.ledger,
-            make_placement(pl.policy, pl.theta_cons),
-            ReassignmentRule(
-                ReassignmentConfig(
-                    enabled=pl.reassign, interval_requests=pl.reassign_interval_requests, rho=pl.rho
-                )
-            ),
-            self.metrics,
+        self.placement = PlacementService.from_settings(
+            config.placement, self.pool, self.ledger, self.metrics
         )
         self.agents = AgentService(
             self.ledger,
@@ -90,6 +81,15 @@ class RouterCore:
             wall_clock=wall_clock,
         )
         self.metrics.attach_state(self.gauges)
+        self.fleet: FleetBudgetService | None = None
+        if config.fleet_budget.cap_w is not None:
+            self.fleet = FleetBudgetService(
+                config.fleet_budget,
+                slo_tok_s=config.slo_tok_s,
+                clock=clock,
+                metrics=FleetMetrics(self.metrics.registry),
+                stale_after_s=adm.stale_after_s,
+            )
 
     def gauges(self) -> list[InstanceGauges]:
         now = self.clock()

@@ -87,6 +87,9 @@ class Ledger:
         self._ongoing: dict[str, set[str]] = {}
         self.dirty: set[str] = set()
         self.deleted: set[str] = set()
+        # Called with the id of every agent that leaves (ended or expired), so services
+        # keeping per-agent state (confident placement's streaks) can drop it.
+        self.on_remove: list[Callable[[str], None]] = []
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -112,6 +115,9 @@ class Ledger:
         self.dirty.discard(agent_id)
         if agent is not None and not agent.ephemeral:
             self.deleted.add(agent_id)
+        if agent is not None:
+            for listener in self.on_remove:
+                listener(agent_id)
         return agent
 
     def touch(self, agent: Agent) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -134,7 +134,7 @@ class RouterMetrics:
         )
         self.reassignments = Counter(
             "kairos_router_reassignments",
-            "Agents moved between instances (Algorithm 3 or instance failure)",
+            "Agents moved between instances (Algorithm 3, confident placement or instance failure)",
             ["source", "target", "reason"],
             registry=r,
         )
@@ -183,3 +183,47 @@ class RouterMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class FleetMetrics:
+    """The fleet power budget's state (``router/fleet_budget.py``), set once per round.
+
+    Registered on the router's registry only when a budget is configured, so a
+    router without one exports no misleading zero cap."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.cap_w = Gauge(
+            "kairos_router_fleet_cap_watts", "Configured fleet power cap", registry=r
+        )
+        self.predicted_w = Gauge(
+            "kairos_router_fleet_predicted_power_watts",
+            "Predicted fleet power at the allocated clocks (incl. reserved)",
+            registry=r,
+        )
+        self.measured_w = Gauge(
+            "kairos_router_fleet_measured_power_watts",
+            "Sum of every instance's last reported epoch power",
+            registry=r,
+        )
+        self.reserved_w = Gauge(
+            "kairos_router_fleet_reserved_power_watts",
+            "Power counted but not controllable (stale daemons, observe mode)",
+            registry=r,
+        )
+        self.conflict = Gauge(
+            "kairos_router_fleet_conflict", "1 while the cap and the SLO conflict", registry=r
+        )
+        self.rounds = Counter(
+            "kairos_router_fleet_rounds", "Fleet budget allocations run", registry=r
+        )
+        self.conflict_rounds = Counter(
+            "kairos_router_fleet_conflict_rounds",
+            "Allocations where meeting the cap needed an SLO-unsafe step or was impossible",
+            registry=r,
+        )
+        self.clock_cap = Gauge(
+            "kairos_router_fleet_clock_cap_mhz",
+            "Clock cap sent to the instance's daemon (0 = no cap)",
+            ["instance"],
+            registry=r,
+        )

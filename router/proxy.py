@@ -162,9 +162,11 @@ class Proxy:
         agent.in_flight += 1
         agent.last_seen_s = t0
         try:
-            self._place(agent)
             if agent.context_tokens is None:
+                # Sized before placement: confident placement fits the newcomer's
+                # prompt (Algorithm 2 ignores it; admission reads it either way).
                 agent.estimated_context_tokens = len(body) // 4
+            self._place(agent)
             held_s = 0.0 if agent.admitted else await core.admission.wait_admitted(agent)
             headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
             self._overhead[route].observe(core.clock() - t0 - held_s)

@@ -39,6 +39,17 @@ def test_lowers_the_instance_with_most_slack_first() -> None:
     assert out.decisions["loose"].reason.startswith("fleet-cap")
 
 
+def test_reserved_power_is_taken_out_of_the_cap() -> None:
+    """Power nobody can lower (a stale or observe-only instance) shrinks what
+    the controllable instances may draw: same views, same cap, lower clocks."""
+    views = [_view("a", 8, 380.0, slack=2.0), _view("b", 8, 380.0, slack=2.0)]
+    free = FleetBudget(FleetBudgetConfig(cap_w=900.0)).allocate(views)
+    held = FleetBudget(FleetBudgetConfig(cap_w=900.0)).allocate(views, reserved_w=300.0)
+    assert free.lowered_levels == 0
+    assert held.lowered_levels > 0 and held.predicted_power_w <= 600.0
+    assert held.effective_cap_w == pytest.approx(600.0)
+
+
 def test_reports_conflict_when_slack_runs_out() -> None:
     fb = FleetBudget(FleetBudgetConfig(cap_w=500.0))
     views = [_view("a", 8, 380.0, slack=-0.5), _view("b", 8, 380.0, slack=-0.5)]

@@ -4,6 +4,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
@@ -77,3 +78,17 @@ def agent_key(token: str, real_key: str | None = "sk-user") -> str:
 
 
 CHAT: list[ChatCompletionMessageParam] = [{"role": "user", "content": "hello"}]
+
+
+async def one_turn(router: RunningRouter, token: str) -> None:
+    """One chat turn of the agent holding ``token``, through the real openai client."""
+    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key=agent_key(token))
+    await client.chat.completions.create(model="fake-model", messages=CHAT)
+    await client.close()
+
+
+def instance_of(router: RunningRouter, token: str) -> str | None:
+    """The instance the router's ledger assigns the agent holding ``token`` to."""
+    agent = router.core.ledger.get(token.split(".")[1])
+    assert agent is not None
+    return agent.instance

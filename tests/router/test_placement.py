@@ -3,22 +3,8 @@
 
 from __future__ import annotations
 
-import openai
-
 from router.testing import FakeBackend, RunningRouter
-from tests.router.conftest import CHAT, StartRouter, agent_key, control, start_agent
-
-
-async def _one_turn(router: RunningRouter, token: str) -> None:
-    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key=agent_key(token))
-    await client.chat.completions.create(model="fake-model", messages=CHAT)
-    await client.close()
-
-
-def _instance_of(router: RunningRouter, token: str) -> str | None:
-    agent = router.core.ledger.get(token.split(".")[1])
-    assert agent is not None
-    return agent.instance
+from tests.router.conftest import StartRouter, control, instance_of, one_turn, start_agent
 
 
 async def _two(make_router: StartRouter, a: FakeBackend, b: FakeBackend) -> RunningRouter:
@@ -37,8 +23,8 @@ async def test_consolidates_then_spreads(
     placed = []
     for _ in range(5):
         token = await start_agent(router.url)
-        await _one_turn(router, token)
-        placed.append(_instance_of(router, token))
+        await one_turn(router, token)
+        placed.append(instance_of(router, token))
     # U_0 < 0.5*U_max keeps filling i0; then the least-loaded; i1 fills below θ; then a tie
     assert placed == ["i0", "i0", "i1", "i1", "i0"]
 
@@ -52,19 +38,19 @@ async def test_reassignment_after_8_turns_on_2x_imbalance(
     admin = router.url + "/kairos/v1/admin/instances"
     tokens = [await start_agent(router.url) for _ in range(3)]
     assert (await control("POST", admin + "/i1/drain", {"draining": True}))[0] == 200
-    await _one_turn(router, tokens[0])
-    await _one_turn(router, tokens[1])
+    await one_turn(router, tokens[0])
+    await one_turn(router, tokens[1])
     await control("POST", admin + "/i1/drain", {"draining": False})
     await control("POST", admin + "/i0/drain", {"draining": True})
-    await _one_turn(router, tokens[2])
+    await one_turn(router, tokens[2])
     await control("POST", admin + "/i0/drain", {"draining": False})
-    assert [_instance_of(router, t) for t in tokens] == ["i0", "i0", "i1"]
+    assert [instance_of(router, t) for t in tokens] == ["i0", "i0", "i1"]
     for _ in range(7):  # U_i0 = 2·U_i1, but fewer than T_reassign = 8 turns since assignment
-        await _one_turn(router, tokens[0])
-        assert _instance_of(router, tokens[0]) == "i0"
+        await one_turn(router, tokens[0])
+        assert instance_of(router, tokens[0]) == "i0"
     before = len(backend2.received)
-    await _one_turn(router, tokens[0])
-    assert _instance_of(router, tokens[0]) == "i1"
+    await one_turn(router, tokens[0])
+    assert instance_of(router, tokens[0]) == "i1"
     assert len(backend2.received) == before + 1  # the 8th request already went to i1
     metrics = router.core.metrics.render().decode()
     assert 'kairos_router_reassignments_total{reason="imbalance",source="i0",target="i1"} 1.0' in (
@@ -78,8 +64,8 @@ async def test_no_reassignment_to_idle_instance(
     router = await _two(make_router, backend, backend2)
     token = await start_agent(router.url)
     for _ in range(10):
-        await _one_turn(router, token)
-    assert _instance_of(router, token) == "i0"  # i1 idle: not a target (consolidation kept)
+        await one_turn(router, token)
+    assert instance_of(router, token) == "i0"  # i1 idle: not a target (consolidation kept)
     assert backend2.received == []
 
 
@@ -88,16 +74,16 @@ async def test_unhealthy_instance_evacuated_and_never_chosen(
 ) -> None:
     router = await _two(make_router, backend, backend2)
     token = await start_agent(router.url)
-    await _one_turn(router, token)
-    assert _instance_of(router, token) == "i0"
+    await one_turn(router, token)
+    assert instance_of(router, token) == "i0"
     backend.behaviour.healthy = False
     await router.health.check_once()
     await router.health.check_once()  # unhealthy_after_failures = 2
     assert not router.core.pool.resolve("i0").healthy
-    assert _instance_of(router, token) == "i1"  # moved off the dead instance
+    assert instance_of(router, token) == "i1"  # moved off the dead instance
     newcomer = await start_agent(router.url)
-    await _one_turn(router, newcomer)
-    assert _instance_of(router, newcomer) == "i1"
+    await one_turn(router, newcomer)
+    assert instance_of(router, newcomer) == "i1"
     backend.behaviour.healthy = True
     await router.health.check_once()
     assert router.core.pool.resolve("i0").healthy
@@ -111,12 +97,12 @@ async def test_admin_add_remove_instance(
     status, _ = await control("POST", admin, {"name": "gpu1", "url": backend2.url})
     assert status == 200
     token = await start_agent(router.url)
-    await _one_turn(router, token)
-    assert _instance_of(router, token) == "i0"
+    await one_turn(router, token)
+    assert instance_of(router, token) == "i0"
     status, _ = await control("DELETE", admin + "/i0")
     assert status == 200
-    assert _instance_of(router, token) == "gpu1"
-    await _one_turn(router, token)
+    assert instance_of(router, token) == "gpu1"
+    await one_turn(router, token)
     assert len(backend2.received) == 1
     status, body = await control("DELETE", admin + "/nope")
     assert status == 404 and body["error"]["code"] == "not_found"
