@@ -50,6 +50,19 @@ def test_reserved_power_is_taken_out_of_the_cap() -> None:
     assert held.effective_cap_w == pytest.approx(600.0)
 
 
+def test_never_lowers_below_an_instance_efficient_floor() -> None:
+    """An instance whose controller says levels under 3 are clock-bound (no
+    saving) is not taken below 3; the budget reports the cap as infeasible."""
+    d = ControlDecision(
+        epoch=1, level=8, clock_mhz=1785, extras={"efficient_floor_level": 3.0, "margin_l7": 1.0}
+    )
+    floored = InstancePower("f", LEVELS, d, 380.0, 1785)
+    out = FleetBudget(FleetBudgetConfig(cap_w=100.0)).allocate([floored, _view("g", 8, 380.0)])
+    assert out.decisions["f"].level == 3
+    assert out.decisions["g"].level == 1
+    assert out.infeasible and out.conflict
+
+
 def test_reports_conflict_when_slack_runs_out() -> None:
     fb = FleetBudget(FleetBudgetConfig(cap_w=500.0))
     views = [_view("a", 8, 380.0, slack=-0.5), _view("b", 8, 380.0, slack=-0.5)]

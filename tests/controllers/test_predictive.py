@@ -73,7 +73,9 @@ def test_follows_kairos_until_warm() -> None:
 
 
 def test_steps_down_only_after_confidence_and_cooldown() -> None:
-    cfg = PredictiveConfig(min_samples=4, cooldown_epochs=3, max_step_down=1)
+    # The confidence mechanics alone: without KAIROS's ceiling (which would drop
+    # straight to KAIROS's low context level here).
+    cfg = PredictiveConfig(min_samples=4, cooldown_epochs=3, max_step_down=1, kairos_ceiling=False)
     ctrl = PredictiveController(LEVELS, config=cfg)
     epoch = _warm(ctrl, 1785, [80.0, 90.0])
     clock, levels_seen = 1785, []
@@ -90,7 +92,7 @@ def test_steps_down_only_after_confidence_and_cooldown() -> None:
 
 
 def test_steps_up_at_once_when_predicted_below_slo() -> None:
-    cfg = PredictiveConfig(future_share=1.0)
+    cfg = PredictiveConfig(future_share=1.0, kairos_ceiling=False)
     ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0), cfg)
     epoch = _warm(ctrl, 975, [80.0])
     # At 975 MHz the slowest agent makes 21.9 tok/s: above τ (no KAIROS boost) but
@@ -99,6 +101,34 @@ def test_steps_up_at_once_when_predicted_below_slo() -> None:
     assert d.level > 3
     assert d.reason == "predicted-slo-up"
     assert not d.boost
+
+
+def test_kairos_ceiling_caps_proactive_steps_up() -> None:
+    """With the ceiling (default) a predicted shortfall raises the clock only up
+    to KAIROS's context level; τ itself stays guarded by the boost."""
+    cfg = PredictiveConfig(future_share=1.0)
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0), cfg)
+    kairos = KairosController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    epoch = _warm(ctrl, 975, [80.0])
+    snap = _snap(epoch, [21.9, 60.0], 975)
+    d, k = ctrl.decide(snap), kairos.decide(snap)
+    assert not k.boost
+    assert d.level <= max(k.level, int(d.extras["efficient_floor_level"]))
+    assert d.level < 4  # uncapped it steps above level 3 (previous test)
+
+
+def test_returns_to_its_level_after_a_boost() -> None:
+    """A boost is a safety net, not an operating point: once nobody is under τ
+    the controller resumes the level it held, instead of walking down from the top."""
+    cfg = PredictiveConfig(kairos_ceiling=False)
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0), cfg)
+    epoch = _warm(ctrl, 975, [80.0])
+    before = ctrl.decide(_snap(epoch, [80.0, 90.0], 975))
+    boosted = ctrl.decide(_snap(epoch + 1, [5.0, 90.0], before.clock_mhz))
+    assert boosted.boost and boosted.level > before.level
+    after = ctrl.decide(_snap(epoch + 2, [80.0, 90.0], boosted.clock_mhz))
+    assert not after.boost
+    assert after.level == before.level
 
 
 def test_keeps_kairos_boost() -> None:
@@ -132,7 +162,8 @@ def test_context_projection_blocks_lower_clocks() -> None:
 def test_never_steps_down_without_confidence_and_always_up_when_short(
     tputs: list[float], level: int, slo: float
 ) -> None:
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=slo))
+    cfg = PredictiveConfig(kairos_ceiling=False)
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=slo), cfg)
     clock = LEVELS.clock_of(level)
     epoch = _warm(ctrl, clock, tputs)
     # Only one margin sample per level exists: a step down is never confident.
@@ -140,6 +171,28 @@ def test_never_steps_down_without_confidence_and_always_up_when_short(
     assert d.level >= level
     if min(tputs) < slo and level < LEVELS.count:  # below the SLO: up at once
         assert d.level > level
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    tputs=st.lists(st.floats(1.0, 200.0), min_size=1, max_size=8),
+    level=st.integers(1, LEVELS.count),
+    slo=st.sampled_from([20.0, 35.0, 45.0]),
+)
+def test_with_the_ceiling_never_above_kairos_outside_boosts(
+    tputs: list[float], level: int, slo: float
+) -> None:
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=slo))
+    kairos = KairosController(LEVELS, KairosConfig(slo_tok_s=slo))
+    clock = LEVELS.clock_of(level)
+    epoch = _warm(ctrl, clock, tputs)
+    for e in range(epoch, epoch + 5):
+        snap = _snap(e, tputs, clock)
+        d, k = ctrl.decide(snap), kairos.decide(snap)
+        assert d.boost == k.boost
+        if not k.boost:
+            assert d.level <= max(k.level, int(d.extras["efficient_floor_level"]))
+        clock = d.clock_mhz
 
 
 def test_confident_positive_is_the_two_se_rule() -> None:
