@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -237,10 +238,28 @@ async def stop_all(stack: Stack, grace_s: float = 15.0) -> None:
             await proc.wait()
 
 
+def fresh_workdir(workdir: Path) -> None:
+    """Remove what an earlier stack left in ``workdir`` (and nothing else).
+
+    Records and logs are appended to, and the router restores its persisted
+    agents at start-up: a second ``make demo`` in the same directory counted
+    the first run's agents again (119 "done" of 66 launched) and could have
+    restored agents that would never end.
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    for pattern in ("agents.jsonl", "kairosd-i*.jsonl", "*.log"):
+        for path in workdir.glob(pattern):
+            path.unlink()
+    state = workdir / "router-state"
+    if state.is_dir():
+        shutil.rmtree(state)
+
+
 @contextlib.asynccontextmanager
 async def running_stack(config: StackConfig) -> AsyncIterator[Stack]:
-    """Start fake vLLMs, the router and the daemons; stop them all on exit."""
-    config.workdir.mkdir(parents=True, exist_ok=True)
+    """Start fake vLLMs, the router and the daemons (in a fresh ``workdir``);
+    stop them all on exit."""
+    fresh_workdir(config.workdir)
     stack = Stack(config)
     try:
         for i in range(config.instances):
