@@ -40,6 +40,7 @@ class AgentService:
         records: JsonlWriter | None,
         clock: Callable[[], float],
         wall_clock: Callable[[], float] = time.time,
+        run: str = "",
     ) -> None:
         self.ledger = ledger
         self.pool = pool
@@ -51,6 +52,7 @@ class AgentService:
         self.records = records
         self.clock = clock
         self.wall_clock = wall_clock
+        self.run = run
 
     def _new(self, agent_id: str, *, ephemeral: bool = False, **kw: Any) -> Agent:
         now = self.clock()
@@ -134,6 +136,7 @@ class AgentService:
                 exit_code=exit_code,
                 end_reason=reason,
                 max_context_tokens=agent.max_context_tokens,
+                run=self.run,
             )
         )
 

@@ -93,6 +93,10 @@ def run(
             "or api-key (one agent per API key)."
         ),
     ] = None,
+    run_label: Annotated[
+        str | None,
+        typer.Option("--run", help="Label written into every agent record ('run' field)."),
+    ] = None,
     idle_expiry_s: Annotated[
         float | None,
         typer.Option(help="End agents idle this long without an end signal (default 1800)."),
@@ -111,6 +115,7 @@ def run(
         "signing_secret_file": signing_secret_file,
         "control_token_file": control_token_file,
         "records": records,
+        "run": run_label,
         "anonymous": anonymous,
         "idle_expiry_s": idle_expiry_s,
         "log_level": log_level,

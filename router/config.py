@@ -138,6 +138,9 @@ class RouterConfig:
     control_token: str | None = None
     control_token_file: Path | None = None
     records: Path | None = None
+    run: str = ""
+    """Label written into every agent record (``run``), like ``kairosd --run``, so
+    ``kairos report`` groups a deployment's router and daemon records together."""
     anonymous: str = "one-turn"
     identity_header: str = "X-Kairos-Agent"
     idle_expiry_s: float = 1800.0

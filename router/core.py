@@ -77,6 +77,7 @@ class RouterCore:
             idle_expiry_s=config.idle_expiry_s,
             default_slo_tok_s=config.slo_tok_s,
             records=records,
+            run=config.run,
             clock=clock,
             wall_clock=wall_clock,
         )

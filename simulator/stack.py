@@ -159,6 +159,8 @@ async def _start_router(stack: Stack) -> None:
         str(cfg.workdir / "router-state"),
         "--records",
         str(stack.agent_records),
+        "--run",
+        cfg.policy,
         "--placement",
         cfg.placement,
     ]

@@ -16,7 +16,7 @@ async def test_end_writes_record_and_frees_context(
     make_router: StartRouter, backend: FakeBackend, tmp_path: Path
 ) -> None:
     records = tmp_path / "agents.jsonl"
-    router = await make_router([backend.url], records=records)
+    router = await make_router([backend.url], records=records, run="deploy-7")
     backend.behaviour.prompt_tokens = 100
     parent = await start_agent(router.url, name="lead")
     child = await start_agent(router.url, parent_id=parent.split(".")[1], slo_tok_s=1.0)
@@ -44,6 +44,7 @@ async def test_end_writes_record_and_frees_context(
         8,
     )
     assert rec.exit_code == 3 and rec.instances == ("i0",) and rec.slo_met is True
+    assert rec.run == "deploy-7"  # grouped with the daemons' records by `kairos report`
     status, body = await control("GET", f"{router.url}/kairos/v1/agents/{child_id}")
     assert status == 404 and body["error"]["code"] == "not_found"
 
