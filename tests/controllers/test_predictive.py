@@ -117,6 +117,25 @@ def test_kairos_ceiling_caps_proactive_steps_up() -> None:
     assert d.level < 4  # uncapped it steps above level 3 (previous test)
 
 
+def test_follows_kairos_to_the_top_when_the_cache_is_nearly_full() -> None:
+    """``U ≥ α·U_max`` is a KAIROS safety net the prediction cannot override,
+    even with ample throughput slack; afterwards the controller resumes its level."""
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    epoch = _warm(ctrl, 660, [200.0])
+    calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
+    full = InstanceSnapshot(
+        now_s=5.0 * (epoch + 1) + 1000.0,
+        epoch=epoch + 1,
+        capacity_tokens=CAP,
+        ongoing=_agents([200.0, 200.0], ctx=int(0.4 * CAP)),  # U = 0.8·U_max ≥ α = 0.75
+        clock_mhz=calm.clock_mhz,
+    )
+    d = ctrl.decide(full)
+    assert d.level == LEVELS.count and d.reason == "context-high" and not d.boost
+    after = ctrl.decide(_snap(epoch + 2, [200.0, 200.0], d.clock_mhz))
+    assert after.level == calm.level
+
+
 def test_returns_to_its_level_after_a_boost() -> None:
     """A boost is a safety net, not an operating point: once nobody is under τ
     the controller resumes the level it held, instead of walking down from the top."""
