@@ -157,6 +157,22 @@ def test_keeps_kairos_boost() -> None:
     assert d.boost and d.level == LEVELS.count
 
 
+def test_sized_boost_stops_below_the_top_when_the_model_says_it_suffices() -> None:
+    """With ``sized_boost`` an agent just under τ is lifted by the lowest level the
+    model predicts enough, not the maximum (off by default: docs/beyond.md)."""
+    kcfg = KairosConfig(slo_tok_s=20.0)
+    sized = PredictiveController(LEVELS, kcfg, PredictiveConfig(sized_boost=True))
+    full = PredictiveController(LEVELS, kcfg)
+    for ctrl in (sized, full):
+        epoch = _warm(ctrl, 660, [80.0])
+        ctrl.decide(_snap(epoch, [80.0, 90.0], 660))
+    d_sized = sized.decide(_snap(epoch + 1, [19.5, 90.0], 660))
+    d_full = full.decide(_snap(epoch + 1, [19.5, 90.0], 660))
+    assert d_sized.boost and d_full.boost
+    assert d_full.level == LEVELS.count
+    assert 1 < d_sized.level < LEVELS.count
+
+
 def test_context_projection_blocks_lower_clocks() -> None:
     """Near α·U_max a lower clock would stretch lifetimes past the limit."""
     ctrl = PredictiveController(LEVELS)
