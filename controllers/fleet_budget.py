@@ -84,11 +84,17 @@ class FleetBudget:
     def __init__(self, config: FleetBudgetConfig) -> None:
         self.config = config
         self._rows: deque[tuple[float, float]] = deque(maxlen=config.fit_window)
+        self._seen: dict[str, tuple[float, int]] = {}
         self._coef: FloatArray | None = None
         self._bias_w = 0.0
         self._last_predicted_w: float | None = None
         self.conflict_epochs = 0
         self.epochs = 0
+
+    @property
+    def fit_samples(self) -> int:
+        """(clock, power) measurements in the power-shape fit window."""
+        return len(self._rows)
 
     # ------------------------------------------------------------ power shape
     def shape(self, clock_mhz: float) -> float:
@@ -99,9 +105,19 @@ class FleetBudget:
         return 0.5 + 0.1 * g + 0.05 * g**3
 
     def _learn(self, views: Sequence[InstancePower]) -> None:
+        """Add each new (clock, power) measurement to the fit window.
+
+        A measurement seen again unchanged (a daemon slower than the round pace
+        reports the same closed epoch twice) is learned once.
+        """
         for v in views:
-            if v.measured_power_w is not None and v.measured_clock_mhz:
-                self._rows.append((float(v.measured_clock_mhz), v.measured_power_w))
+            if v.measured_power_w is None or not v.measured_clock_mhz:
+                continue
+            sample = (v.measured_power_w, v.measured_clock_mhz)
+            if self._seen.get(v.name) == sample:
+                continue
+            self._seen[v.name] = sample
+            self._rows.append((float(v.measured_clock_mhz), v.measured_power_w))
         clocks = {c for c, _ in self._rows}
         if len(self._rows) >= self.config.warmup and len(clocks) >= 3:
             a = np.vstack([_shape_row(c) for c, _ in self._rows])

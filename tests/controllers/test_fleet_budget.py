@@ -63,6 +63,15 @@ def test_never_lowers_below_an_instance_efficient_floor() -> None:
     assert out.infeasible and out.conflict
 
 
+def test_a_repeated_measurement_is_learned_once() -> None:
+    fb = FleetBudget(FleetBudgetConfig(cap_w=2000.0))
+    slow = _view("slow", 8, 380.0)
+    for level in (8, 7, 6):
+        fb.allocate([slow, _view("fast", level, 300.0, measured_level=level)])
+    # "slow" posted one closed epoch three times; "fast" three different ones.
+    assert fb.fit_samples == 4
+
+
 def test_reports_conflict_when_slack_runs_out() -> None:
     fb = FleetBudget(FleetBudgetConfig(cap_w=500.0))
     views = [_view("a", 8, 380.0, slack=-0.5), _view("b", 8, 380.0, slack=-0.5)]
