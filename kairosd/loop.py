@@ -15,11 +15,8 @@ never starved by a broken monitor. Clocks are reset on every way out
 (:meth:`Daemon.shutdown`), and reconciled at start-up by the caller
 (:func:`kairosd.startup.prepare_backend`).
 
-Fleet power budget: when the router coordinates one, the ack of each decision
-may carry a clock cap. The daemon applies ``min(decision, cap)`` snapped down
-to a level — the cap is a hard limit and wins even over the SLO boost — and
-honours it only for the decision's validity: if the router stops answering,
-the cap lapses with it and the stale-input fail-safe applies uncapped.
+Fleet power budget: a router that coordinates one may answer each decision
+with a clock cap, held and applied by :class:`kairosd.clock_cap.ClockCap`.
 """
 
 from __future__ import annotations
@@ -39,6 +36,7 @@ from controllers.errors import ControllerError
 from controllers.types import ControlDecision, Controller
 from kairos_common.vllm_metrics import VllmMetrics
 from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
+from kairosd.clock_cap import ClockCap
 from kairosd.config import KairosdConfig
 from kairosd.errors import GpuError, GpuPermissionError, InputError, KairosdError
 from kairosd.gpu.base import GpuBackend, GpuStatus
@@ -126,9 +124,7 @@ class Daemon:
         self._started_s = clock()
         self._instant_power_w: float | None = None
         self._epoch_done = asyncio.Event()
-        self.clock_cap_mhz: int | None = None
-        self._cap_until_s = 0.0
-        self._budget_conflict = False
+        self.cap = ClockCap()
         self._measured: tuple[float, int] | None = None  # (W, MHz) of the last closed epoch
 
     # ---- inputs -------------------------------------------------------------------
@@ -256,40 +252,20 @@ class Daemon:
             log.warning("decision_not_delivered", error=str(exc), epoch=decision.epoch)
             return 0
         self.last_ack = ack
-        self._take_cap(ack, msg.valid_for_s)
+        self.cap.take(ack, self.clock(), msg.valid_for_s, self.epoch)
         if not ack.accepted:
             log.info("decision_rejected", epoch=decision.epoch, reason=ack.reason)
         return len(ack.admitted) if ack.accepted else 0
 
-    def _take_cap(self, ack: DecisionAck, valid_for_s: float) -> None:
-        """Hold the router's cap for as long as the decision it answers is valid."""
-        if (ack.clock_cap_mhz is None) != (self.clock_cap_mhz is None):  # not every move
-            log.info("fleet_clock_cap", clock_cap_mhz=ack.clock_cap_mhz, epoch=self.epoch)
-        self.clock_cap_mhz = ack.clock_cap_mhz
-        self._cap_until_s = self.clock() + valid_for_s
-        self._budget_conflict = ack.budget_conflict
-
     def _capped(self, decision: ControlDecision, reason: str) -> tuple[ControlDecision, str]:
-        """``min(decision, cap)`` snapped down to a level, while the cap is valid."""
-        if self.clock_cap_mhz is not None and (
-            self.clock() >= self._cap_until_s or self.failsafe_reason == "router"
-        ):
-            log.info("fleet_clock_cap_lapsed", clock_cap_mhz=self.clock_cap_mhz, epoch=self.epoch)
-            self.clock_cap_mhz, self._budget_conflict = None, False
-        cap = self.clock_cap_mhz
-        self.metrics.observe_cap(cap, self._budget_conflict)
-        if cap is None or decision.clock_mhz <= cap:
+        """Apply the fleet budget's cap while it is valid (``ClockCap``)."""
+        self.cap.expire(self.clock(), self.failsafe_reason == "router", self.epoch)
+        self.metrics.observe_cap(self.cap.cap_mhz, self.cap.conflict)
+        capped = self.cap.apply(decision, reason, self.controller.levels)
+        if capped is None:
             return decision, reason
-        levels = self.controller.levels
-        level = levels.level_of(cap)
-        capped = dataclasses.replace(
-            decision,
-            level=level,
-            clock_mhz=levels.clock_of(level),
-            reason=f"budget-cap({decision.reason})",
-        )
         self.metrics.capped_epochs.labels(self.config.instance).inc()
-        return capped, f"budget-cap:{reason}"
+        return capped
 
     async def _apply_clock(self, clock_mhz: int) -> None:
         """Lock the clock if it changed; permission loss degrades to observe mode."""
@@ -449,8 +425,8 @@ class Daemon:
             parts.append("observe mode: clocks are not changed")
         if self.failsafe_reason:
             parts.append(f"FAILSAFE max clock ({self.failsafe_reason} stale)")
-        if self.clock_cap_mhz is not None:
-            parts.append(f"fleet budget cap {self.clock_cap_mhz} MHz")
+        if self.cap.cap_mhz is not None:
+            parts.append(f"fleet budget cap {self.cap.cap_mhz} MHz")
         return "; ".join(parts)
 
     def health(self) -> tuple[bool, dict[str, Any]]:
@@ -470,8 +446,8 @@ class Daemon:
             "controls_clocks": self.backend.controls,
             "policy": self.controller.name,
             "applied_clock_mhz": self.applied_clock_mhz,
-            "clock_cap_mhz": self.clock_cap_mhz,
-            "budget_conflict": self._budget_conflict,
+            "clock_cap_mhz": self.cap.cap_mhz,
+            "budget_conflict": self.cap.conflict,
             "status": self.status_line(),
         }
 

@@ -99,11 +99,11 @@ async def test_cap_lapses_with_the_router_then_failsafe_runs_uncapped(
     capping.down = True
     clock.advance(EPOCH_S)
     held = await daemon.run_epoch()  # one missed post: the cap is still valid
-    assert held.clock_mhz == 1000 and daemon.clock_cap_mhz == 1000
+    assert held.clock_mhz == 1000 and daemon.cap.cap_mhz == 1000
     for _ in range(3):
         clock.advance(EPOCH_S)
         last = await daemon.run_epoch()
-    assert daemon.clock_cap_mhz is None
+    assert daemon.cap.cap_mhz is None
     assert last.clock_mhz == CLOCKS[-1] and "budget-cap" not in last.reason
     assert vllm.gpus[0].locked_mhz == CLOCKS[-1]
     assert 'kairosd_clock_cap_mhz{instance="gpu0"} 0.0' in daemon.metrics.render().decode()
