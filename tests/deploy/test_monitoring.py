@@ -23,7 +23,7 @@ from kairosd.config import KairosdConfig
 from kairosd.metrics import DaemonMetrics
 from router.config import ENV_PREFIX as ROUTER_ENV
 from router.config import RouterConfig, parse_backend
-from router.metrics import THROUGHPUT_BUCKETS, RouterMetrics
+from router.metrics import THROUGHPUT_BUCKETS, FleetMetrics, RouterMetrics
 from simulator.fakevllm import FakeVllm, FakeVllmConfig
 from tests.deploy.units import ETC, ROOT, read_env_file
 
@@ -54,6 +54,7 @@ def exported() -> set[str]:
     daemon = DaemonMetrics("gpu0")
     router = RouterMetrics()
     router.attach_state(list)  # the per-instance gauges, produced at scrape time
+    FleetMetrics(router.registry)  # registered when [fleet_budget] cap_w is set
     vllm = FakeVllm(FakeVllmConfig())
     return (
         sample_names(daemon.registry) | sample_names(router.registry) | sample_names(vllm.registry)
