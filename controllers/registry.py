@@ -17,7 +17,7 @@ from controllers.errors import UnknownPolicyError
 from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS, FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
 from controllers.placement import PlacementPolicy, make_placement
-from controllers.predictive import PredictiveController
+from controllers.predictive import PredictiveConfig, PredictiveController
 from controllers.types import Controller
 
 PLACEMENT_NAMES = ("consolidating", "round-robin", "least-context", "confident")
@@ -46,9 +46,13 @@ def levels_for(
 
 
 def make_controller(
-    name: str, levels: FrequencyLevels, kairos: KairosConfig | None = None
+    name: str,
+    levels: FrequencyLevels,
+    kairos: KairosConfig | None = None,
+    predictive: PredictiveConfig | None = None,
 ) -> Controller:
-    """Return the controller named ``name`` over ``levels``."""
+    """Return the controller named ``name`` over ``levels`` (``predictive`` only
+    configures the ``predictive`` policy)."""
     cfg = kairos or KairosConfig()
     if name == "kairos":
         return KairosController(levels, cfg)
@@ -57,7 +61,7 @@ def make_controller(
         ctrl.name = "kairos-no-ta"
         return ctrl
     if name == "predictive":
-        return PredictiveController(levels, cfg)
+        return PredictiveController(levels, cfg, predictive)
     if name == "no-control":
         return NoControl(levels, cfg.new_agent_context_tokens)
     if name.startswith("fixed:"):

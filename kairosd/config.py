@@ -16,6 +16,7 @@ from typing import Any
 
 from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS
 from controllers.kairos import KairosConfig
+from controllers.predictive import PredictiveConfig
 from kairos_common.config import load_config
 
 BACKENDS = ("zeus", "sim", "observe")
@@ -50,6 +51,8 @@ class KairosdConfig:
     decision_valid_epochs: float = 3.0
     log_level: str = "info"
     kairos: KairosConfig = field(default_factory=KairosConfig)
+    predictive: PredictiveConfig = field(default_factory=PredictiveConfig)
+    """Knobs of ``policy = "predictive"`` (docs/beyond.md §2); ignored otherwise."""
 
     def __post_init__(self) -> None:
         if self.gpu_backend not in BACKENDS:

@@ -39,6 +39,7 @@ from controllers import (
     InstanceSnapshot,
     KairosConfig,
     PlacementRequest,
+    PredictiveConfig,
     ReassignmentConfig,
     ReassignmentRule,
     RequestObservation,
@@ -75,6 +76,8 @@ class ClusterConfig:
     fast_forward: bool = True
     fleet_budget: FleetBudgetConfig | None = None
     """Optional cap on the instances' total power (docs/beyond.md)."""
+    predictive: PredictiveConfig | None = None
+    """Knobs of the ``predictive`` policy (its defaults when ``None``)."""
 
 
 def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
@@ -150,7 +153,10 @@ class Cluster:
         for i in range(config.instances):
             gpu = SimulatedGpu(preset.gpu, index=i)
             ctrl = make_controller(
-                config.policy, control_levels(preset, config.policy), config.kairos
+                config.policy,
+                control_levels(preset, config.policy),
+                config.kairos,
+                config.predictive,
             )
             engine = Engine(preset.engine, timing, power, gpu, fast_forward=config.fast_forward)
             self.instances.append(_Instance(i, engine, gpu, ctrl))

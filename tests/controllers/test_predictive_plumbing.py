@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from controllers import KairosConfig, PredictiveController, RequestObservation
+from controllers import KairosConfig, PredictiveConfig, PredictiveController, RequestObservation
 from controllers.fleet_budget import FleetBudgetConfig
 from kairos_common.wire import InstanceState
 from kairosd.snapshot import EpochInputs, build_snapshot, with_clock
@@ -109,3 +109,12 @@ def test_daemon_exports_model_error() -> None:
     text = m.render().decode()
     assert 'kairosd_model_error_ratio{instance="gpu0"} 0.07' in text
     assert 'kairosd_predicted_slo_slack{instance="gpu0"} 0.3' in text
+
+
+def test_simulator_passes_predictive_knobs() -> None:
+    spec = SimSpec(policy="predictive", rate_per_s=0.02, duration_s=60.0, seed=2)
+    knobs = PredictiveConfig(margin=0.25, cooldown_epochs=7)
+    cfg = ClusterConfig(policy="predictive", duration_s=60.0, predictive=knobs)
+    cluster = Cluster(spec.preset, cfg, build_workload(spec), build_arrivals(spec))
+    ctrl = cluster.instances[0].controller
+    assert isinstance(ctrl, PredictiveController) and ctrl.config == knobs

@@ -10,14 +10,17 @@ import aiohttp
 import pytest
 
 from controllers.frequency import FrequencyLevels
+from controllers.predictive import PredictiveController
 from controllers.registry import make_controller
 from kairos_common.errors import ConfigError
 from kairos_common.vllm_metrics import VllmMetrics
 from kairosd.config import KairosdConfig, load_daemon_config
+from kairosd.gpu.sim_backend import SimBackend
 from kairosd.health_server import HealthServer
 from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.sdnotify import Notifier
+from kairosd.startup import build_controller
 from kairosd.testing import FakeVllm
 from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
 
@@ -43,12 +46,28 @@ def test_config_layers_toml_env_flags(tmp_path: Path) -> None:
         {"gpus": "-1"},
         {"typo_key": 1},
         {"kairos": {"beta": 0.5}},  # gamma 0.9 > beta
+        {"predictive": {"min_samples": 1}},  # the 2·SE rule needs two samples
+        {"predictive": {"perf": {"warmup": "soon"}}},
         {"gpu_backend": "observe", "require_control": True},
     ],
 )
 def test_bad_config_is_rejected(overrides: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         load_daemon_config(None, env={}, overrides=overrides)
+
+
+async def test_predictive_knobs_reach_the_controller(
+    tmp_path: Path, vllm: FakeVllm, session: aiohttp.ClientSession
+) -> None:
+    path = tmp_path / "gpu0.toml"
+    path.write_text(
+        'policy = "predictive"\n[predictive]\nmargin = 0.2\n[predictive.perf]\nwarmup = 80\n'
+    )
+    cfg = load_daemon_config(path, env={"KAIROSD_PREDICTIVE__COOLDOWN_EPOCHS": "5"})
+    ctrl = await build_controller(SimBackend(vllm.url, (0,), session), cfg)
+    assert isinstance(ctrl, PredictiveController)
+    assert ctrl.config.margin == 0.2 and ctrl.config.cooldown_epochs == 5
+    assert ctrl.config.perf.warmup == 80
 
 
 def test_router_token_file(tmp_path: Path) -> None:
