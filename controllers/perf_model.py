@@ -59,7 +59,8 @@ def nnls(a: FloatArray, b: FloatArray, max_iter: int | None = None) -> FloatArra
         if passive.all() or not (w[~passive] > tol).any():
             break
         candidates = np.where(~passive, w, -np.inf)
-        passive[int(np.argmax(candidates))] = True
+        entering = int(np.argmax(candidates))
+        passive[entering] = True
         while True:
             z = np.zeros(n)
             z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
@@ -67,12 +68,20 @@ def nnls(a: FloatArray, b: FloatArray, max_iter: int | None = None) -> FloatArra
                 x = z
                 break
             neg = passive & (z <= 0)
-            alpha = float(np.min(x[neg] / (x[neg] - z[neg])))
+            # Step towards z until the first coordinate hits 0; a coordinate at 0
+            # that z keeps at 0 (x = z = 0) sets no limit (and would divide 0/0).
+            gap = x[neg] - z[neg]
+            ratios = np.divide(x[neg], gap, out=np.full(gap.shape, np.inf), where=gap > 0)
+            alpha = min(float(ratios.min()), 1.0)
             x = x + alpha * (z - x)
             passive &= x > tol
             x[~passive] = 0.0
             if not passive.any():
                 break
+        if not passive[entering]:
+            # In exact arithmetic the entering variable stays positive; here its
+            # gradient was rounding noise at the optimum: stop instead of cycling.
+            break
         w = a.T @ (b - a @ x)
     return x
 

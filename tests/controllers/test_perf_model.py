@@ -6,7 +6,7 @@ import itertools
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from controllers.errors import InvalidSnapshotError
@@ -29,6 +29,9 @@ KNOTS = (660, 825, 975, 1140, 1305, 1470, 1620)
     n=st.integers(1, 6),
     zeros=st.lists(st.booleans(), min_size=6, max_size=6),
 )
+# Found by hypothesis: at the exact optimum a rounding-noise gradient let a zero
+# coefficient enter with z = 0, and 0/0 in the step returned all zeros.
+@example(seed=605, n=5, zeros=[False, True, True, True, False, False])
 def test_nnls_recovers_known_nonnegative_coefficients(seed: int, n: int, zeros: list[bool]) -> None:
     rng = np.random.default_rng(seed)
     a = rng.uniform(0.1, 2.0, size=(40, n))
