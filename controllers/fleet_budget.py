@@ -27,6 +27,7 @@ import numpy as np
 from controllers.errors import InvalidSnapshotError
 from controllers.frequency import FrequencyLevels
 from controllers.perf_model import FloatArray, nnls
+from controllers.predictive import EFFICIENT_FLOOR_KEY, margin_key
 from controllers.types import ControlDecision
 
 
@@ -135,7 +136,7 @@ class FleetBudget:
     def slack(self, view: InstancePower, level: int) -> float:
         """Predicted SLO slack of ``view`` at ``level`` (its controller's, if it says)."""
         d = view.decision
-        key = f"margin_l{level}"
+        key = margin_key(level)
         if key in d.extras:
             return d.extras[key]
         if d.min_throughput_tok_s is None or self.config.slo_tok_s <= 0:
@@ -155,7 +156,7 @@ class FleetBudget:
         draws less *now* but more on average — measured with a cap of 800 W on
         four instances, ignoring the floor raised the fleet's average power.
         """
-        floor = view.decision.extras.get("efficient_floor_level", 1.0)
+        floor = view.decision.extras.get(EFFICIENT_FLOOR_KEY, 1.0)
         return min(max(int(floor), 1), view.decision.level)
 
     # -------------------------------------------------------------- allocate

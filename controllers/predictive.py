@@ -36,6 +36,14 @@ from controllers.kairos import KairosConfig, KairosController
 from controllers.perf_model import OnlinePerfModel, PerfModelConfig, RequestShape, typical_shape
 from controllers.types import AgentView, ControlDecision, InstanceSnapshot, RequestObservation
 
+EFFICIENT_FLOOR_KEY = "efficient_floor_level"
+"""``ControlDecision.extras`` key of the efficient floor level (read by the fleet budget)."""
+
+
+def margin_key(level: int) -> str:
+    """``ControlDecision.extras`` key of the predicted SLO margin at ``level``."""
+    return f"margin_l{level}"
+
 
 @dataclass(frozen=True, slots=True)
 class PredictiveConfig:
@@ -374,11 +382,11 @@ class PredictiveController:
         if level != self._level:
             self._changed_epoch = snap.epoch
         self._level = level
-        extras = {f"margin_l{lv}": m for lv, m in margins.items()}
+        extras = {margin_key(lv): m for lv, m in margins.items()}
         if margins:
             extras["slo_slack"] = margins[level]
         if floor is not None:
-            extras["efficient_floor_level"] = float(floor)
+            extras[EFFICIENT_FLOOR_KEY] = float(floor)
         err = self.model.error
         if err is not None:
             extras["model_error"] = err

@@ -125,7 +125,6 @@ class Daemon:
         self._instant_power_w: float | None = None
         self._epoch_done = asyncio.Event()
         self.cap = ClockCap()
-        self._measured: tuple[float, int] | None = None  # (W, MHz) of the last closed epoch
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -224,7 +223,7 @@ class Daemon:
         """Send the admission decision; returns how many agents the router admitted."""
         if self.router is None or not fresh:
             return 0
-        measured_w, measured_mhz = self._measured or (None, None)
+        measured_w, measured_mhz = self._last_measured()
         msg = AdmissionDecision(
             instance=self.config.instance,
             daemon_id=self.daemon_id,
@@ -256,6 +255,13 @@ class Daemon:
         if not ack.accepted:
             log.info("decision_rejected", epoch=decision.epoch, reason=ack.reason)
         return len(ack.admitted) if ack.accepted else 0
+
+    def _last_measured(self) -> tuple[float | None, int | None]:
+        """``(W, MHz)`` of the last closed epoch with a duration (the fleet budget's input)."""
+        for rec in reversed(self.records):
+            if rec.epoch_s > 0:
+                return rec.avg_power_w, rec.actual_clock_mhz or rec.target_clock_mhz
+        return None, None
 
     def _capped(self, decision: ControlDecision, reason: str) -> tuple[ControlDecision, str]:
         """Apply the fleet budget's cap while it is valid (``ClockCap``)."""
@@ -326,10 +332,7 @@ class Daemon:
             carry, self._open = self._open, None
             log.warning("epoch_extended_gpu_unreadable", epoch=carry.epoch)
         else:
-            closed = self._close(now, gpus)
-            if closed is not None and closed.epoch_s > 0:
-                clock = closed.actual_clock_mhz or closed.target_clock_mhz
-                self._measured = (closed.avg_power_w, clock)
+            self._close(now, gpus)
         held = EpochInputs(now_s=now, router=self._router_in.value, vllm=self._vllm_in.value)
         decision, reason = self._decide(held)
         if not self.backend.controls:

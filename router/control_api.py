@@ -113,7 +113,6 @@ class ControlApi:
     async def fleet(self, request: web.Request) -> web.Response:
         """The fleet power budget: cap, predicted and measured W, per-instance caps."""
         self._auth(request)
-        names = [i.name for i in self.core.pool]
         if self.core.fleet is None:
             return web.json_response({"enabled": False, "cap_w": None, "instances": {}})
-        return web.json_response(self.core.fleet.state(names))
+        return web.json_response(self.core.fleet.state([i.name for i in self.core.pool]))

@@ -68,10 +68,11 @@ class _View:
         d = self.decision
         levels = FrequencyLevels(d.levels_mhz)
         clock = d.clock_mhz if d.clock_mhz is not None else levels.max_mhz
+        level = levels.level_of(clock)
         decision = ControlDecision(
             epoch=d.epoch,
-            level=levels.level_of(clock),
-            clock_mhz=levels.clock_of(levels.level_of(clock)),
+            level=level,
+            clock_mhz=levels.clock_of(level),
             boost=d.boost,
             min_throughput_tok_s=d.min_throughput_tok_s,
             reason="daemon",
