@@ -8,7 +8,7 @@ registering each agent with the router under its own identity:
   -m simulator.replay_agent``, exactly how an operator launches agents, so the
   CLI's identity, start/end reporting, key rewriting and signal forwarding are
   exercised end to end. They are started *before* the window and wait for their
-  arrival time (``--start-at``);
+  arrival time (``--await-go``: the clock starts when every agent is ready);
 * every other agent runs in one :mod:`simulator.agent_host` process, started
   and ready (its ``openai`` import paid) before the window; it registers each
   agent at its arrival with id-tracker's own code.
@@ -60,8 +60,9 @@ class DriverResult:
     cli_agents: list[str] = field(default_factory=list)
     t0_unix_s: float = 0.0
     """When arrival time 0 fell (the start of the measured window)."""
-    host_ready_s: float = 0.0
-    """Real seconds the agent host took to start: one agent launch's cost."""
+    start_up_s: float = 0.0
+    """Real seconds until the host and the CLI agents were all ready (start-up
+    cost, paid before the window)."""
 
     @property
     def succeeded(self) -> int:
@@ -84,8 +85,8 @@ class DriverConfig:
     python: str = sys.executable
     cli_agents: int = 2
     """How many agents go through the real ``id-tracker`` CLI (spread over the arrivals)."""
-    min_lead_s: float = 2.0
-    """At least this long between the host being ready and the window's start."""
+    min_lead_s: float = 0.5
+    """Between every agent process being ready and the window's start."""
     ready_timeout_s: float = 120.0
 
 
@@ -95,6 +96,7 @@ def agent_command(
     name: str,
     start_at_unix_s: float | None = None,
     lag_report: Path | None = None,
+    await_go_offset_s: float | None = None,
 ) -> list[str]:
     """The argv of one CLI agent launch: id-tracker wrapping the replay agent."""
     agent = [
@@ -108,6 +110,8 @@ def agent_command(
     ]
     if start_at_unix_s is not None:
         agent += ["--start-at", f"{start_at_unix_s:.3f}"]
+    if await_go_offset_s is not None:
+        agent += ["--await-go", f"{await_go_offset_s:.6f}"]
     if lag_report is not None:
         agent += ["--lag-report", str(lag_report)]
     if not cfg.stream:
@@ -153,10 +157,10 @@ def _agent_env(cfg: DriverConfig) -> dict[str, str]:
     return env
 
 
-async def _start_host(
+async def _spawn_host(
     cfg: DriverConfig, plan: list[PlannedAgent], files: Path, log: IO[bytes]
-) -> tuple[asyncio.subprocess.Process, float]:
-    """Start the agent host; returns it once it printed ``ready``, and how long that took."""
+) -> asyncio.subprocess.Process:
+    """Start the agent host (it prints ``ready`` once its imports are paid)."""
     plan_path = files / "host-plan.json"
     plan_path.write_text(json.dumps(plan_to_json(plan)))
     argv = [
@@ -173,8 +177,7 @@ async def _start_host(
         str(cfg.speedup),
         *([] if cfg.stream else ["--no-stream"]),
     ]
-    started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
+    return await asyncio.create_subprocess_exec(
         *argv,
         env=_agent_env(cfg),
         stdin=asyncio.subprocess.PIPE,
@@ -182,15 +185,42 @@ async def _start_host(
         stderr=log,
         start_new_session=True,
     )
-    assert proc.stdout is not None
+
+
+async def _spawn_cli_agent(
+    cfg: DriverConfig, program: AgentProgram, at_real_s: float, files: Path, log: IO[bytes]
+) -> asyncio.subprocess.Process:
+    """``id-tracker -- replay_agent --await-go``: registers now, plays from t0 + at."""
+    argv = agent_command(
+        cfg,
+        program,
+        program.agent_id,
+        lag_report=files / "cli-lag.jsonl",
+        await_go_offset_s=at_real_s,
+    )
+    return await asyncio.create_subprocess_exec(
+        *argv,
+        env=_agent_env(cfg),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=log,
+    )
+
+
+async def _ready(procs: list[tuple[str, asyncio.subprocess.Process]], timeout_s: float) -> str:
+    """Wait until every process printed ``ready``; '' or the name of one that did not."""
+
+    async def one(name: str, proc: asyncio.subprocess.Process) -> str:
+        assert proc.stdout is not None
+        line = await proc.stdout.readline()
+        return "" if line.strip() == b"ready" else name
+
     try:
-        line = await asyncio.wait_for(proc.stdout.readline(), timeout=cfg.ready_timeout_s)
+        async with asyncio.timeout(timeout_s):
+            failed = await asyncio.gather(*(one(n, p) for n, p in procs))
     except TimeoutError:
-        line = b""
-    if line.strip() != b"ready":
-        await _stop(proc, cfg.grace_real_s)
-        raise DriverError(f"agent host did not start; see {log.name!r}")
-    return proc, time.monotonic() - started
+        return "an agent (timed out)"
+    return next((f for f in failed if f), "")
 
 
 def _read_jsonl(path: Path) -> list[dict[str, object]]:
@@ -245,28 +275,28 @@ async def drive(
         for name in ("host-report.jsonl", "cli-lag.jsonl"):
             (files / name).unlink(missing_ok=True)
         log = stack.enter_context(log_path.open("ab"))
-        host, result.host_ready_s = await _start_host(cfg, plan, files, log)
-        # The CLI agents start now and wait for their arrival: give them the time
-        # of a few launches (they start in parallel on however many cores we have).
-        cores = len(os.sched_getaffinity(0))
-        lead_s = max(cfg.min_lead_s, result.host_ready_s * (1.5 + 1.5 * len(via_cli) / cores))
-        t0 = time.time() + lead_s
-        result.t0_unix_s = t0
+        # Every agent process starts now, before the clock: the host and the CLI
+        # agents (registered by id-tracker, waiting for their arrival). The
+        # window starts once all of them are ready, however long that took.
+        started = time.monotonic()
+        host = await _spawn_host(cfg, plan, files, log)
         cli: list[tuple[str, asyncio.subprocess.Process]] = []
         for i in sorted(via_cli):
             at, program = due[i]
-            argv = agent_command(
-                cfg, program, program.agent_id, t0 + at, lag_report=files / "cli-lag.jsonl"
-            )
-            proc = await asyncio.create_subprocess_exec(
-                *argv, env=_agent_env(cfg), stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log
-            )
-            cli.append((program.agent_id, proc))
+            cli.append((program.agent_id, await _spawn_cli_agent(cfg, program, at, files, log)))
             result.cli_agents.append(program.agent_id)
-        assert host.stdin is not None
-        host.stdin.write(f"go {t0:.6f}\n".encode())
-        await host.stdin.drain()
         procs = [("agent-host", host), *cli]
+        failed = await _ready(procs, cfg.ready_timeout_s)
+        result.start_up_s = time.monotonic() - started
+        if failed:
+            await asyncio.gather(*(_stop(p, cfg.grace_real_s) for _, p in procs))
+            raise DriverError(f"{failed} did not start; see {log_path}")
+        t0 = time.time() + cfg.min_lead_s
+        result.t0_unix_s = t0
+        for _, proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.write(f"go {t0:.6f}\n".encode())
+            await proc.stdin.drain()
         waits = {asyncio.ensure_future(p.wait()): (name, p) for name, p in procs}
         remaining = max(0.0, t0 + cfg.deadline_real_s - time.time())
         _done, pending = await asyncio.wait(waits, timeout=remaining)

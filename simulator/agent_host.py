@@ -54,6 +54,7 @@ from simulator.replay_agent import (
     play,
     program_from_json,
     program_to_json,
+    ready_then_go,
     request_body,
 )
 from simulator.workload import AgentProgram
@@ -265,11 +266,9 @@ async def _amain(args: argparse.Namespace) -> int:
     # Registrations and end reports are blocking calls in threads: at a stop every
     # running agent reports its end at once.
     loop.set_default_executor(ThreadPoolExecutor(max_workers=32))
-    print("ready", flush=True)
-    line = await loop.run_in_executor(None, sys.stdin.readline)
-    if not line.startswith("go "):
+    t0 = await ready_then_go()
+    if t0 is None:
         return 2
-    t0 = float(line.split()[1])
     with args.report.open("a") as report:
         async with http_session() as http:
             host = AgentHost(cfg, report, http)

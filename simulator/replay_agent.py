@@ -174,6 +174,19 @@ async def play(
     return status or max(codes, default=0)
 
 
+async def ready_then_go() -> float | None:
+    """Print ``ready``; wait for ``go <t0_unix_s>`` on stdin; t0 (None: bad line)."""
+    print("ready", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    parts = line.split()
+    if len(parts) != 2 or parts[0] != "go":
+        return None
+    try:
+        return float(parts[1])
+    except ValueError:
+        return None
+
+
 def _report_lateness(path: Path, name: str, due_unix_s: float) -> None:
     """Append ``{"agent", "late_s"}`` to ``path``: how late the first turn left."""
     line = json.dumps({"agent": name, "late_s": round(time.time() - due_unix_s, 4)})
@@ -188,19 +201,27 @@ async def replay(
     stream: bool,
     model: str | None = None,
     start_at_unix_s: float | None = None,
+    await_go_offset_s: float | None = None,
     lag_report: Path | None = None,
 ) -> int:
     """Play every turn; returns the process exit status.
 
     ``start_at_unix_s``: wait until then before the first turn, so a driver can
     launch the process early and its start-up cost does not shift the arrival.
-    ``lag_report``: where to append how late the first turn was (needs
-    ``start_at_unix_s``).
+    ``await_go_offset_s``: once ready, print ``ready`` and read ``go <t0>`` from
+    stdin; the first turn is due ``t0 + offset`` (a driver starts the clock only
+    when every agent is up). ``lag_report``: where to append how late the first
+    turn was.
     """
     client = openai.AsyncOpenAI(max_retries=8, timeout=600.0)
     try:
         if model is None:
             model = (await client.models.list()).data[0].id
+        if await_go_offset_s is not None:
+            t0 = await ready_then_go()
+            if t0 is None:
+                return 2
+            start_at_unix_s = t0 + await_go_offset_s
         if start_at_unix_s is not None:
             await asyncio.sleep(max(0.0, start_at_unix_s - time.time()))
         due = start_at_unix_s
@@ -238,6 +259,13 @@ def main(argv: list[str] | None = None) -> int:
         help="Unix time of the first turn (launch early; start-up cost is absorbed).",
     )
     parser.add_argument(
+        "--await-go",
+        type=float,
+        default=None,
+        metavar="OFFSET_S",
+        help="Print 'ready', read 'go T0' from stdin, start the first turn at T0 + OFFSET_S.",
+    )
+    parser.add_argument(
         "--lag-report",
         type=Path,
         default=None,
@@ -253,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             stream=not args.no_stream,
             model=args.model,
             start_at_unix_s=args.start_at,
+            await_go_offset_s=args.await_go,
             lag_report=args.lag_report,
         )
     )
