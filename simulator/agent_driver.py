@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from simulator.agent_host import PlannedAgent, plan_to_json
+from simulator.agent_host import EXIT_TERMINATED, PlannedAgent, plan_to_json
 from simulator.replay_agent import program_to_json
 from simulator.workload import AgentProgram
 
@@ -238,11 +238,11 @@ def _collect(
     """Fill ``result`` from the host's report, the CLI agents' lag reports and exits."""
     for row in _read_jsonl(files / "host-report.jsonl"):
         name, code = str(row["agent"]), int(str(row["exit_code"]))
-        if row.get("agent_id") is None and row.get("late_s") is None:
-            continue  # stopped before it could register: never arrived
+        if row.get("agent_id") is None and code == EXIT_TERMINATED:
+            continue  # stopped while registering: never arrived
         result.launched += 1
         result.exit_codes[name] = code
-        if code == 128 + int(signal.SIGTERM):
+        if code == EXIT_TERMINATED:
             result.terminated_at_deadline.append(name)
         if row.get("late_s") is not None:
             result.late_s[name] = float(str(row["late_s"]))

@@ -1,14 +1,17 @@
 """One policy run of the CPU end-to-end stack, and its summary.
 
-``make demo`` and the end-to-end test both call :func:`run_policy` once per
-policy on identical arrivals: start the stack (:mod:`simulator.stack`), launch
-agents through ``id-tracker`` (:mod:`simulator.agent_driver`) for a fixed
-window, stop everything, and summarise the daemons' power reports and the
-router's agent records with the shared metric definitions
-(:mod:`reporting.metrics`). The window has the same length for every policy
-(arrivals plus a drain period), so energy and average power compare directly.
+``make demo`` and the end-to-end tests call :func:`run_policies` (every policy
+side by side on identical arrivals, one stack each) or :func:`run_policy` (one):
+choose the speed-up this machine holds (:func:`calibrated`), start the stack
+(:mod:`simulator.stack`), start the agents before the clock
+(:mod:`simulator.agent_driver`), run a fixed window, stop everything, and
+summarise the daemons' power reports and the router's agent records with the
+shared metric definitions (:mod:`reporting.metrics`). The window has the same
+length for every policy (arrivals plus a drain period), so energy and average
+power compare directly. Each result carries the run's measured lag
+(:class:`~simulator.selfcheck.LagReport`): when ``result.lag.valid`` is false
+the numbers describe the machine, not the policy.
 """
-
 from __future__ import annotations
 
 import asyncio
