@@ -12,6 +12,7 @@ power compare directly. Each result carries the run's measured lag
 (:class:`~simulator.selfcheck.LagReport`): when ``result.lag.valid`` is false
 the numbers describe the machine, not the policy.
 """
+
 from __future__ import annotations
 
 import asyncio
