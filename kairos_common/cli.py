@@ -154,6 +154,17 @@ def check_positive(value: float | None, flag: str, unit: str = "") -> float | No
     return value
 
 
+def check_fixed_clock(policy: str, clocks_mhz: Sequence[int], where: str) -> None:
+    """``fixed:MHZ`` must lie within the GPU's clock range: a clock outside it
+    would silently become the nearest end (``fixed:5`` running at 210 MHz)."""
+    raw = policy.removeprefix("fixed:")
+    if raw == policy or not raw.isdigit() or not clocks_mhz:
+        return  # not a fixed clock, or malformed: the controller registry names that error
+    lo, hi = min(clocks_mhz), max(clocks_mhz)
+    if not lo <= int(raw) <= hi:
+        raise ConfigError(f"policy {policy!r}: the clocks of {where} are {lo}-{hi} MHz")
+
+
 def check_http_url(url: str, what: str) -> str:
     """``url`` without a trailing ``/`` if it is ``http(s)://host[:port]`` (port 1–65535)."""
     clean = url.strip().rstrip("/")
@@ -227,7 +238,7 @@ def _missing(ctx: click.Context) -> str:
     names = getattr(ctx.command, "commands", None)
     if names:
         return f"missing a command: one of {', '.join(sorted(names))}"
-    required = [p.human_readable_name for p in ctx.command.params if p.required]
+    required = [p.name or "?" for p in ctx.command.params if p.required]
     return f"missing {', '.join(required) or 'arguments'}"
 
 
