@@ -258,7 +258,11 @@ def register(app: typer.Typer) -> None:
         }
         try:
             cfg = load_config(
-                SimCliConfig, path=config, env_prefix="KAIROS_SIM", overrides=overrides
+                SimCliConfig,
+                path=config,
+                env_prefix="KAIROS_SIM",
+                overrides=overrides,
+                strict_env=True,
             )
             _validate(cfg)
             results = _run(cfg, as_json)
