@@ -109,7 +109,8 @@ def _fmt(value: float | None, spec: str) -> str:
 
 TABLE_NOTE = (
     "SLO %: agents meeting the SLO; boost %: epochs at the SLO boost clock; "
-    "pend s: mean admission wait; recomp tok: tokens recomputed after preemption; "
+    "pend s: mean admission wait;\n"
+    "recomp tok: tokens recomputed after preemption; "
     "agents/inst: mean concurrent agents per instance."
 )
 
