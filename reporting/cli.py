@@ -54,6 +54,7 @@ def register(app: typer.Typer) -> None:
         paths: Annotated[
             list[Path],
             typer.Argument(
+                metavar="PATH",
                 help="JSONL files: kairosd power reports, router agent records, simulator "
                 "output (any mix; grouped by run and policy). A directory means its *.jsonl.",
                 show_default=False,
