@@ -142,9 +142,7 @@ def parse_gpus(raw: str | None, flag: str = "--gpus") -> tuple[int, ...] | None:
 
 def check_slo(value: float | None, flag: str = "--slo") -> float | None:
     """An SLO is a positive, finite number of decode tokens/s (paper Eq. 4)."""
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise ConfigError(f"{flag} {value:g}: expected a positive number of tokens/s, e.g. 20")
-    return value
+    return check_positive(value, flag, " of tokens/s, e.g. 20")
 
 
 def check_positive(value: float | None, flag: str, unit: str = "") -> float | None:
