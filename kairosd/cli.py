@@ -166,6 +166,8 @@ def run(
         if not cfg.instance or not cfg.vllm_url:
             raise ConfigError("--instance and --vllm-url are required (flag, config or env)")
         check_can_listen(cfg.listen_host, cfg.listen_port, "--listen-port")
+        if cfg.report_path is not None and cfg.report_path.is_dir():
+            raise ConfigError(f"--report {cfg.report_path}: a directory; expected a file path")
     except ConfigError as exc:
         fail(PROG, str(exc), EXIT_CONFIG)
     configure_logging(cfg.log_level, log_json)

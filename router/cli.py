@@ -152,6 +152,8 @@ def run(
         application = create_app(cfg)
     except (ConfigError, RouterError, ValueError) as exc:
         fail(PROG, str(exc), EXIT_USAGE)
+    except OSError as exc:  # a state dir, records or secret path that cannot be used
+        fail(PROG, f"cannot use {exc.filename}: {exc.strerror or exc}", EXIT_USAGE)
     try:
         asyncio.run(serve(application, cfg.host, cfg.port))
     except OSError as exc:  # lost the race for the port after the check above

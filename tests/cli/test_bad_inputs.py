@@ -91,8 +91,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 U = "http://127.0.0.1:9"  # a well-formed URL nobody needs to answer
 RUN = ("run", "--instance", "i0", "--vllm-url", U)
-ROUTER = ("run", "--backend", U, "--state-dir", "{dir}/state")
-SIM = ("sim", "--duration-s", "60", "--no-plots", "--out", "{dir}/sim")
+ROUTER = ("run", "--backend", U, "--state-dir", "{tmp}/state")
+SIM = ("sim", "--duration-s", "60", "--no-plots", "--out", "{tmp}/sim")
 
 
 def cases() -> list[Case]:
@@ -122,6 +122,7 @@ def cases() -> list[Case]:
         c("kairosd", (*RUN, "--config", "{nottoml}"), 2, "not valid TOML"),
         c("kairosd", RUN, 2, "KAIROSD_POLCY", (("KAIROSD_POLCY", "kairos"),)),
         c("kairosd", (*RUN, "--bogus"), 2, "--bogus"),
+        c("kairosd", (*RUN, "--report", "{dir}"), 2, "--report"),
         c("kairosd", ("gpus", "--gpu-backend", "nope"), 2, "--gpu-backend"),
         c("kairosd", ("gpus", "--gpu-backend", "sim", "--vllm-url", "notaurl"), 2, "--vllm-url"),
         c("kairosd", ("gpus", "--gpu-backend", "sim", "--vllm-url", U), 4, "kairosd:"),
@@ -144,6 +145,8 @@ def cases() -> list[Case]:
         c("kairos-router", (*ROUTER, "--log-level", "loud"), 2, "--log-level"),
         c("kairos-router", (*ROUTER, "--config", "{missing}"), 2, "does not exist"),
         c("kairos-router", (*ROUTER, "--config", "{png}"), 2, "binary"),
+        c("kairos-router", ("run", "--backend", U, "--state-dir", "{file}"), 2, "cannot use"),
+        c("kairos-router", (*ROUTER, "--records", "{dir}"), 2, "cannot use"),
         # id-tracker (documented: 78 bad configuration, 69 router unreachable)
         c("id-tracker", (), 2, "Missing argument"),
         c("id-tracker", ("--slo", "-1", "--", "true"), 78, "--slo"),
@@ -206,7 +209,7 @@ MAINS: dict[str, Callable[[list[str]], None]] = {
 
 
 def _args(case: Case, files: dict[str, str], busy: int, tmp: Path) -> list[str]:
-    subs = {**files, "busy": str(busy), "dir": str(tmp)}
+    subs = {**files, "busy": str(busy), "tmp": str(tmp)}
     return [a.format(**subs) if "{" in a else a for a in case.args]
 
 
