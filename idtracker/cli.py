@@ -11,7 +11,15 @@ import typer
 from idtracker import config as config_mod
 from idtracker.errors import ConfigurationError, IdTrackerError, RegistrationError
 from idtracker.supervisor import SignalGate
-from kairos_common.cli import CONTEXT_SETTINGS, LogJsonOpt, VersionOpt, check_slo, make_app, run_app
+from kairos_common.cli import (
+    CONTEXT_SETTINGS,
+    LogJsonOpt,
+    VersionOpt,
+    check_log_level,
+    check_slo,
+    make_app,
+    run_app,
+)
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 
@@ -150,6 +158,7 @@ def run(
     try:
         try:
             check_slo(slo)
+            check_log_level(log_level)
         except ConfigError as exc:
             raise ConfigurationError(str(exc)) from None
         cfg = config_mod.load(

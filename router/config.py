@@ -12,7 +12,7 @@ from pathlib import Path
 
 from controllers.confident_placement import ConfidentReassignmentConfig
 from controllers.registry import PLACEMENT_NAMES
-from kairos_common.cli import check_http_url, check_log_level, check_port
+from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
 from kairos_common.errors import ConfigError
 
 ENV_PREFIX = "KAIROS_ROUTER"
@@ -165,6 +165,7 @@ class RouterConfig:
         if self.idle_expiry_s <= 0:
             raise ConfigError("idle_expiry_s must be positive")
         check_port(self.port, "port")
+        check_slo(self.slo_tok_s, "slo_tok_s")
         check_log_level(self.log_level, "log_level")
 
     def resolved_state_dir(self) -> Path:

@@ -161,6 +161,7 @@ def cases() -> list[Case]:
             "id-tracker",
         ),
         c("id-tracker", ("--bogus", "--", "true"), 2, "--bogus"),
+        c("id-tracker", ("--log-level", "loud", "--", "true"), 78, "--log-level"),
         # kairos
         c("kairos", (), 2, "missing a command"),
         c("kairos", ("sim", "--epoch-s", "-1"), 2, "--epoch-s"),
