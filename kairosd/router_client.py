@@ -41,6 +41,12 @@ class RouterClient:
             async with self._session.request(
                 method, url, json=body, headers=self._headers, timeout=self._timeout
             ) as resp:
+                if resp.status in (401, 403):
+                    why = "refused the control token" if self._headers else "wants a token"
+                    raise RouterUnavailableError(
+                        f"{method} {url} answered HTTP {resp.status}: the router {why}; "
+                        "set KAIROSD_ROUTER_TOKEN or router_token_file to its control token"
+                    )
                 if resp.status != 200:
                     raise RouterUnavailableError(f"{method} {url} answered HTTP {resp.status}")
                 return await resp.json(content_type=None)
