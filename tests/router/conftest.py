@@ -8,7 +8,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from router.testing import FakeBackend, RunningRouter, start_router
+from router.testing import FakeBackend, RunningRouter, role_headers, start_router
 
 StartRouter = Callable[..., Awaitable[RunningRouter]]
 
@@ -54,16 +54,18 @@ async def start_agent(url: str, **body: Any) -> str:
 
     async with (
         aiohttp.ClientSession() as s,
-        s.post(url + "/kairos/v1/agents", json=body) as resp,
+        s.post(url + "/kairos/v1/agents", json=body, headers=role_headers(url, "POST")) as resp,
     ):
         assert resp.status == 200, await resp.text()
         return str((await resp.json())["token"])
 
 
 async def control(method: str, url: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
-    """Call a control/admin endpoint; returns (status, JSON body)."""
+    """Call a control/admin endpoint with the credential of the role it needs (found
+    the way id-tracker and kairosd find it); returns (status, JSON body)."""
     import aiohttp
 
+    kw.setdefault("headers", role_headers(url, method))
     async with (
         aiohttp.ClientSession() as s,
         s.request(method, url, json=body, **kw) as resp,

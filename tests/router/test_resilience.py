@@ -150,7 +150,7 @@ async def test_control_api_requires_token_when_configured(
     make_router: StartRouter, backend: FakeBackend
 ) -> None:
     router = await make_router([backend.url], control_token="s3cret")
-    status, body = await control("POST", router.url + "/kairos/v1/agents", {})
+    status, body = await control("POST", router.url + "/kairos/v1/agents", {}, headers={})
     assert status == 401 and body["error"]["type"] == "authentication_error"
     status, body = await control(
         "POST", router.url + "/kairos/v1/agents", {}, headers={"Authorization": "Bearer s3cret"}
