@@ -91,7 +91,12 @@ async def _serve_with(
     router = None
     if config.router_url:
         router = RouterClient(
-            session, config.router_url, config.instance, config.http_timeout_s, token
+            session,
+            config.router_url,
+            config.instance,
+            config.http_timeout_s,
+            token,
+            token_source=config.resolved_router_token,
         )
     try:
         sink = JsonlWriter(config.report_path) if config.report_path else None

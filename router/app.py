@@ -30,7 +30,7 @@ from router.identity_mw import upstream_headers
 from router.openai_errors import error_response, from_router_error
 from router.proxy import ROUTES, Proxy
 from router.secrets_store import RouterCredentials, load_or_create_secret, read_token_file
-from router.server_limits import LimitedRunner
+from router.server_limits import LimitedRunner, http_logger
 from router.store import StateStore
 
 log = structlog.get_logger("kairos.router")
@@ -188,6 +188,7 @@ def make_runner(app: web.Application) -> web.AppRunner:
         handler_cancellation=True,
         access_log=None,
         keepalive_timeout=cfg.timeouts.header_read_s,
+        logger=http_logger(),
     )
 
 

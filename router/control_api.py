@@ -25,6 +25,8 @@ from router.json_body import parse_json, read_body
 CONTROL_BODY_LIMIT = 1 << 20
 """Control messages are small; a decision with thousands of admits is ~100 KB."""
 _CONTROL_DEPTH = 16
+FUTURE_SKEW_S = 3600.0
+"""How far ahead of the router's clock a daemon's start time may be (clock skew)."""
 
 
 async def read_json_object(request: web.Request, read_timeout_s: float = 10.0) -> dict[str, Any]:
@@ -104,6 +106,10 @@ class ControlApi:
             decision = AdmissionDecision.from_json(await read_json_object(request))
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
+        if decision.daemon_start_unix_s > self.core.wall_clock() + FUTURE_SKEW_S:
+            # Decisions apply in (start, epoch) order: a start in the future would
+            # make every later decision of the real daemon look stale.
+            raise BadRequestError("decision's daemon_start_unix_s is in the future")
         if self.core.pool.resolve(decision.instance) is not inst:
             raise BadRequestError("decision names a different instance than the URL")
         ack = self.core.admission.apply_decision(decision)

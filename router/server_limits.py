@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 _BODY = json.dumps(
@@ -65,3 +67,25 @@ class LimitedRunner(web.AppRunner):
         assert isinstance(server, LimitedServer)
         server.max_connections = self._max_connections
         return server
+
+
+class _BadHttpFilter(logging.Filter):
+    """aiohttp logs a client's malformed HTTP (a 400 it already answered) as an
+    ERROR with a traceback; it is the client's fault, so one warning line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, HttpProcessingError):
+            record.exc_info = None
+            record.exc_text = None
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg, record.args = "bad_http_request: %s", (exc.message[:200],)
+        return True
+
+
+def http_logger() -> logging.Logger:
+    """The logger for the router's aiohttp server (malformed requests, one line each)."""
+    logger = logging.getLogger("kairos.router.http")
+    if not any(isinstance(f, _BadHttpFilter) for f in logger.filters):
+        logger.addFilter(_BadHttpFilter())
+    return logger
