@@ -81,16 +81,16 @@ def _get(
         value = float(value)
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise WireFormatError(f"field {key!r} must be of type {kind.__name__}")
-    if kind is float and not math.isfinite(value):
-        raise WireFormatError(f"field {key!r} must be a finite number")
-    if kind in (int, float):
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise WireFormatError(f"field {key!r} must be a finite number")
         low = -MAX_COUNT if lo is None else lo
         high = MAX_COUNT if hi is None else hi
         if not low <= value <= high:
             raise WireFormatError(f"field {key!r} must be within [{low:g}, {high:g}]")
-    if kind is str and len(value) > MAX_STRING:
+    if isinstance(value, str) and len(value) > MAX_STRING:
         raise WireFormatError(f"field {key!r} is longer than {MAX_STRING} characters")
-    if kind is list and len(value) > MAX_LIST:
+    if isinstance(value, list) and len(value) > MAX_LIST:
         raise WireFormatError(f"field {key!r} has more than {MAX_LIST} items")
     return value
 
@@ -338,9 +338,7 @@ class AdmissionDecision:
             levels_mhz=tuple(sorted(set(levels))),
             measured_power_w=_get(obj, "measured_power_w", float, None, lo=0, hi=MAX_POWER_W),
             measured_clock_mhz=_get(obj, "measured_clock_mhz", int, None, lo=0, hi=MAX_MHZ),
-            min_throughput_tok_s=_get(
-                obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE
-            ),
+            min_throughput_tok_s=_get(obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE),
         )
 
 

@@ -28,7 +28,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import structlog
 
@@ -133,21 +133,30 @@ class Daemon:
             return None
         try:
             state = await self.router.state()
-        except InputError as exc:
-            self._router_in.failed()
-            self.metrics.input_error("router")
-            log.warning("router_unavailable", error=str(exc), epochs=self._router_in.failures)
+        except Exception as exc:  # any failure is a missed input, never a dead loop
+            self._input_failed(self._router_in, "router", "router_unavailable", exc)
             return None
-        self._router_in.ok(state)
+        self._input_ok(self._router_in, "router", state)
         return state
+
+    def _input_failed(self, held: _Held[Any], name: str, event: str, exc: Exception) -> None:
+        """Count a failed read; log it once per streak (the count is in the metrics)."""
+        held.failed()
+        self.metrics.input_error(name)
+        if held.failures == 1:
+            text = str(exc) if isinstance(exc, InputError) else repr(exc)
+            log.warning(event, error=text[:300], hint="logged once until it recovers")
+
+    def _input_ok(self, held: _Held[T], name: str, value: T) -> None:
+        if held.failures:
+            log.info("input_recovered", input=name, after_epochs=held.failures)
+        held.ok(value)
 
     async def _read_vllm(self) -> VllmMetrics | None:
         try:
             scraped = await self.vllm.fetch()
-        except InputError as exc:
-            self._vllm_in.failed()
-            self.metrics.input_error("vllm")
-            log.warning("vllm_unavailable", error=str(exc), epochs=self._vllm_in.failures)
+        except Exception as exc:  # NaN in /metrics, refused, timeout: stale, not fatal
+            self._input_failed(self._vllm_in, "vllm", "vllm_unavailable", exc)
             return None
         if not scraped.metrics_enabled:
             self._vllm_in.failed()
@@ -158,13 +167,13 @@ class Daemon:
                 epochs=self._vllm_in.failures,
             )
             return None
-        self._vllm_in.ok(scraped)
+        self._input_ok(self._vllm_in, "vllm", scraped)
         return scraped
 
     async def _read_gpus(self) -> list[GpuStatus] | None:
         try:
             return await self.backend.status()
-        except GpuError as exc:
+        except (GpuError, OSError, ValueError) as exc:
             self.metrics.input_error("gpu")
             log.warning("gpu_read_failed", error=str(exc))
             return None
@@ -411,11 +420,21 @@ class Daemon:
                 await asyncio.wait_for(stop.wait(), timeout=max(deadline - now, 0.0))
 
     async def shutdown(self) -> bool:
-        """Close the last epoch and reset the clocks; True if the reset succeeded."""
+        """Reset the clocks, then write the last epoch's record; True if the reset worked.
+
+        The reset comes first so nothing after it (a full disk under the report, a
+        hung GPU read) can skip it; before it, GPU calls still in flight (a
+        ``set_locked_clock`` whose epoch was cancelled) are waited for, bounded, so
+        a late one cannot land on top of the reset.
+        """
         self.notifier.stopping()
-        gpus = await self._read_gpus()
-        self._close(self.clock(), gpus)
-        return await reset_clocks(self.backend)
+        await wait_gpu_idle(self.backend, 2 * self.config.gpu_timeout_s)
+        reset_ok = await reset_clocks(self.backend)
+        try:
+            self._close(self.clock(), await self._read_gpus())
+        except Exception as exc:  # the report is best effort; the clocks are not
+            log.error("final_epoch_record_failed", error=repr(exc)[:300])
+        return reset_ok
 
     def status_line(self) -> str:
         parts = [f"{self.config.instance}: epoch {self.epoch}"]
@@ -457,6 +476,24 @@ class Daemon:
 
 def _with_clock(decision: ControlDecision, level: int, clock_mhz: int) -> ControlDecision:
     return dataclasses.replace(decision, level=level, clock_mhz=clock_mhz)
+
+
+@runtime_checkable
+class _WaitsIdle(Protocol):
+    async def wait_idle(self) -> None: ...
+
+
+async def wait_gpu_idle(backend: GpuBackend, timeout_s: float) -> bool:
+    """Wait (at most ``timeout_s``) for the backend's in-flight vendor calls to land."""
+    inner = getattr(backend, "inner", backend)  # observe mode wraps the real backend
+    if not isinstance(inner, _WaitsIdle):
+        return True
+    try:
+        await asyncio.wait_for(inner.wait_idle(), timeout_s)
+    except TimeoutError:
+        log.error("gpu_calls_still_in_flight_at_reset", waited_s=timeout_s)
+        return False
+    return True
 
 
 async def reset_clocks(backend: GpuBackend) -> bool:
