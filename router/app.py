@@ -128,7 +128,7 @@ def create_app(
         tasks: list[asyncio.Task[None]] = []
         if background:
             tasks.append(asyncio.create_task(health.run()))
-            tasks.append(asyncio.create_task(_maintenance(core)))
+            tasks.append(asyncio.create_task(_maintenance(core, proxy.breakers.tick)))
         try:
             yield
         finally:
@@ -151,7 +151,7 @@ def create_app(
     return app
 
 
-async def _maintenance(core: RouterCore) -> None:
+async def _maintenance(core: RouterCore, tick_breakers: Callable[[], None]) -> None:
     """Idle expiry, local admission after a daemon goes stale, and persistence.
 
     A failing write (full disk, read-only state directory) is logged once, when it
@@ -161,6 +161,7 @@ async def _maintenance(core: RouterCore) -> None:
     while True:
         await asyncio.sleep(MAINTENANCE_INTERVAL_S)
         try:
+            tick_breakers()
             core.agents.expire_idle()
             core.admission.pump_all()
         except Exception:
