@@ -21,6 +21,7 @@ from aiohttp import web
 from reporting.records import JsonlWriter
 from router.admin_api import AdminApi
 from router.auth import ControlAuth
+from router.breaker import CircuitBreakers
 from router.config import RouterConfig
 from router.control_api import ControlApi
 from router.core import RouterCore
@@ -37,6 +38,7 @@ log = structlog.get_logger("kairos.router")
 CORE_KEY = web.AppKey("kairos_core", RouterCore)
 HEALTH_KEY = web.AppKey("kairos_health", HealthChecker)
 CREDENTIALS_KEY = web.AppKey("kairos_credentials", RouterCredentials)
+BREAKERS_KEY = web.AppKey("kairos_breakers", CircuitBreakers)
 MAINTENANCE_INTERVAL_S = 1.0
 
 
@@ -112,6 +114,7 @@ def create_app(
     app[CORE_KEY] = core
     app[CREDENTIALS_KEY] = credentials
     proxy = Proxy(core)
+    app[BREAKERS_KEY] = proxy.breakers
     for path in ROUTES:
         app.router.add_post(path, proxy.handle)
     _add_routes(app, core, proxy, auth)

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from kairos_common.credentials import ADMIN_FILE, LIFECYCLE_FILE, daemon_file, discover_credential
 from router.app import (
+    BREAKERS_KEY,
     CORE_KEY,
     CREDENTIALS_KEY,
     HEALTH_KEY,
@@ -30,6 +31,7 @@ from router.app import (
     make_runner,
     publish_credentials,
 )
+from router.breaker import CircuitBreakers
 from router.config import RouterConfig
 from router.core import RouterCore
 from router.health import HealthChecker
@@ -49,6 +51,8 @@ class FakeBehaviour:
     capacity_tokens: int | None = 100_000
     healthy: bool = True
     model: str = "fake-model"
+    api_key: str | None = None
+    """Like ``vllm --api-key``: /v1/* answer 401 without ``Authorization: Bearer <key>``."""
 
 
 @dataclass
@@ -104,7 +108,15 @@ class FakeBackend:
     async def _health(self, _r: web.Request) -> web.Response:
         return web.Response(status=200 if self.behaviour.healthy else 503)
 
-    async def _models(self, _r: web.Request) -> web.Response:
+    def _unauthorised(self, request: web.Request) -> web.Response | None:
+        key = self.behaviour.api_key
+        if key is None or request.headers.get("Authorization") == f"Bearer {key}":
+            return None
+        return web.json_response({"error": "Unauthorized"}, status=401)
+
+    async def _models(self, r: web.Request) -> web.Response:
+        if (refused := self._unauthorised(r)) is not None:
+            return refused
         return web.json_response(
             {"object": "list", "data": [{"id": self.behaviour.model, "object": "model"}]}
         )
@@ -120,6 +132,8 @@ class FakeBackend:
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _infer(self, request: web.Request) -> web.StreamResponse:
+        if (refused := self._unauthorised(request)) is not None:
+            return refused
         body = await request.json()
         b = self.behaviour
         if self.record:
@@ -225,6 +239,7 @@ class RunningRouter:
     health: HealthChecker
     runner: web.AppRunner
     credentials: RouterCredentials
+    breakers: CircuitBreakers
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -294,4 +309,5 @@ async def start_router(
         health=app[HEALTH_KEY],
         runner=runner,
         credentials=app[CREDENTIALS_KEY],
+        breakers=app[BREAKERS_KEY],
     )
