@@ -19,6 +19,8 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
+from kairos_common.logs import redact_value
+
 _BODY = json.dumps(
     {
         "error": {
@@ -79,7 +81,8 @@ class _BadHttpFilter(logging.Filter):
             record.exc_info = None
             record.exc_text = None
             record.levelno, record.levelname = logging.WARNING, "WARNING"
-            record.msg, record.args = "bad_http_request: %s", (exc.message[:200],)
+            message = redact_value(str(exc.message)[:200])
+            record.msg, record.args = "bad_http_request: %s", (message,)
         return True
 
 
