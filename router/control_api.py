@@ -19,7 +19,7 @@ from kairos_common.errors import WireFormatError
 from kairos_common.wire import API_PREFIX, AdmissionDecision, AgentEnd, AgentStart
 from router.auth import ControlAuth, Role
 from router.core import RouterCore
-from router.errors import BadRequestError, ForbiddenError
+from router.errors import BadRequestError, ForbiddenError, StateStoreError
 from router.json_body import parse_json, read_body
 
 CONTROL_BODY_LIMIT = 1 << 20
@@ -71,7 +71,9 @@ class ControlApi:
             msg = AgentStart.from_json(await read_json_object(request))
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
-        return web.json_response(self.core.agents.start(msg).to_json())
+        started = self.core.agents.start(msg)
+        await self._durable()
+        return web.json_response(started.to_json())
 
     async def end_agent(self, request: web.Request) -> web.Response:
         self._lifecycle(request)
@@ -81,7 +83,18 @@ class ControlApi:
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
         self.core.agents.end(request.match_info["agent_id"], msg)
+        await self._durable()
         return web.json_response({"ok": True})
+
+    async def _durable(self) -> None:
+        """Persist before acknowledging a start/end, so a router killed right after
+        (SIGKILL, power loss) neither forgets a started agent nor revives an ended
+        one. A failing disk does not fail the call: the change stays queued and
+        the maintenance loop retries (and logs) it."""
+        try:
+            await self.core.persist()
+        except StateStoreError:
+            return
 
     async def agent_status(self, request: web.Request) -> web.Response:
         self._read(request)
