@@ -20,6 +20,7 @@ import pytest
 
 from kairos_common.credentials import LIFECYCLE_FILE, discover_credential
 from kairos_common.identity import compose_key
+from kairos_common.wire import AgentStart
 from kairosd.testing import FakeVllm
 from router.config import TimeoutSettings
 from router.testing import FakeBackend, start_router
@@ -175,3 +176,28 @@ async def test_kairosd_sigkill_then_reset_unlocks_the_simulated_gpu(
         _, err = await reset.communicate()
     assert reset.returncode == 0, err.decode()
     assert live_vllm.gpus[0].locked_mhz is None  # back at the maximum clock
+
+
+async def test_backend_dying_mid_stream_gives_a_clean_error_event_and_a_right_ledger(
+    backends: list[FakeBackend], tmp_path: Path
+) -> None:
+    dying = backends[0]
+    dying.behaviour.drop_after_first_byte = True  # the connection dies after one event
+    router = await start_router([dying.url], tmp_path / "s")
+    try:
+        started = router.core.agents.start(AgentStart(name="a"))
+        key = compose_key(started.token, "sk-user")
+        async with aiohttp.ClientSession() as s, s.post(
+            router.url + "/v1/chat/completions", json={**BODY, "stream": True},
+            headers={"Authorization": f"Bearer {key}"},
+        ) as r:  # fmt: skip
+            assert r.status == 200
+            text = (await r.read()).decode()
+        events = [e for e in text.split("\n\n") if e.strip()]
+        assert events[-1].startswith("data: ") and "upstream stream failed" in events[-1]
+        agent = router.core.ledger.get(started.agent_id)
+        assert agent is not None and agent.in_flight == 0
+        assert agent.turns == 0 and agent.decode_tokens == 0  # nothing accounted twice
+        assert len(dying.received) == 1  # not resent after bytes reached the client
+    finally:
+        await router.stop()
