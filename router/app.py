@@ -122,7 +122,10 @@ def create_app(
     app[HEALTH_KEY] = health
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        # Pooled upstream connections are dropped after 4 s idle, before uvicorn's
+        # (vLLM's server) 5 s keep-alive closes them: a request sent on a connection
+        # the backend is closing fails in a way that cannot be safely retried.
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=4.0)
         session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         proxy.session = session
         restored = await core.restore()

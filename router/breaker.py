@@ -6,6 +6,8 @@ outcome here: ``failures`` consecutive timeouts / 5xx *open* the instance's
 breaker, which makes it ineligible (placement skips it, its agents move, as for an
 unhealthy instance) for ``open_s``. Then it is *half-open*: eligible again, and
 the next outcome decides — a success closes it, a failure reopens it at once.
+The last eligible instance is never cut off: with nowhere else to go, trying
+beats answering 503.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class CircuitBreakers:
         streak = self._streak.get(inst.name, 0) + 1
         self._streak[inst.name] = streak
         if streak >= self.failures and not inst.breaker_open:
+            if not any(i.eligible for i in self.core.pool if i is not inst):
+                return  # the last instance left: failing fast would only turn errors into 503s
             inst.breaker_open = True
             self._open_until[inst.name] = self.clock() + self.open_s
             log.warning("breaker_opened", instance=inst.name, reason=reason, failures=streak,

@@ -91,7 +91,10 @@ def _overhead_p99(metrics_text: str) -> float | None:
     return None
 
 
-async def _spawn(args: list[str], marker: str) -> tuple[asyncio.subprocess.Process, str]:
+async def _spawn(
+    args: list[str], marker: str, events: dict[str, int] | None = None
+) -> tuple[asyncio.subprocess.Process, str]:
+    events = {} if events is None else events
     proc = await asyncio.create_subprocess_exec(
         sys.executable, *args, cwd=str(ROOT),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -108,13 +111,19 @@ async def _spawn(args: list[str], marker: str) -> tuple[asyncio.subprocess.Proce
                 break
         else:
             raise RuntimeError(f"{args} exited during start-up")
-    asyncio.get_running_loop().create_task(_drain(proc.stdout))
+    asyncio.get_running_loop().create_task(_drain(proc.stdout, events))
     return proc, url
 
 
-async def _drain(stream: asyncio.StreamReader) -> None:
-    while await stream.readline():
-        pass
+async def _drain(stream: asyncio.StreamReader, events: dict[str, int]) -> None:
+    """Keep the child's pipe flowing; count its warning/error log events by name."""
+    while line := await stream.readline():
+        if b'"warning"' in line or b'"error"' in line:
+            try:
+                name = str(json.loads(line).get("event"))
+            except ValueError:
+                continue
+            events[name] = events.get(name, 0) + 1
 
 
 async def soak(streams: int, duration_s: float, stream_s: float) -> dict[str, object]:
@@ -126,11 +135,13 @@ async def soak(streams: int, duration_s: float, stream_s: float) -> dict[str, ob
         backend, backend_url = await _spawn([script, "--role-backend", str(stream_s)], "ready")
         procs.append(backend)
         state = tempfile.mkdtemp(prefix="kairos-soak-")
+        router_events: dict[str, int] = {}
         router, url = await _spawn(
             ["-m", "router.cli", "run", "--backend", backend_url, "--port", "0",
              "--state-dir", state, "--log-json", "--log-level", "info",
              "--capacity-tokens", "1000000000"],
             "listening",
+            router_events,
         )  # fmt: skip
         procs.append(router)
         rss_rest = _rss_mib(router.pid)
@@ -193,6 +204,7 @@ async def soak(streams: int, duration_s: float, stream_s: float) -> dict[str, ob
             "stream_s": stream_s,
             "requests_ok": done,
             "errors": errors,
+            "router_warnings": router_events,
             "router_rss_rest_mib": round(rss_rest, 1),
             "router_rss_peak_mib": round(peak_rss, 1),
             "rss_mib_per_1000_streams": round((peak_rss - rss_rest) / streams * 1000, 1),
