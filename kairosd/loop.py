@@ -28,7 +28,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar
 
 import structlog
 
@@ -38,9 +38,10 @@ from kairos_common.vllm_metrics import VllmMetrics
 from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
 from kairosd.clock_cap import ClockCap
 from kairosd.config import KairosdConfig
-from kairosd.errors import GpuError, GpuPermissionError, InputError, KairosdError
+from kairosd.errors import GpuError, GpuPermissionError, InputError
 from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.gpu.observe import ObserveBackend
+from kairosd.gpu_reset import reset_clocks, wait_gpu_idle
 from kairosd.metrics import DaemonMetrics
 from kairosd.power_report import GpuTotals, OpenEpoch, close_epoch
 from kairosd.sdnotify import Notifier
@@ -476,38 +477,3 @@ class Daemon:
 
 def _with_clock(decision: ControlDecision, level: int, clock_mhz: int) -> ControlDecision:
     return dataclasses.replace(decision, level=level, clock_mhz=clock_mhz)
-
-
-@runtime_checkable
-class _WaitsIdle(Protocol):
-    async def wait_idle(self) -> None: ...
-
-
-async def wait_gpu_idle(backend: GpuBackend, timeout_s: float) -> bool:
-    """Wait (at most ``timeout_s``) for the backend's in-flight vendor calls to land."""
-    inner = getattr(backend, "inner", backend)  # observe mode wraps the real backend
-    if not isinstance(inner, _WaitsIdle):
-        return True
-    try:
-        await asyncio.wait_for(inner.wait_idle(), timeout_s)
-    except TimeoutError:
-        log.error("gpu_calls_still_in_flight_at_reset", waited_s=timeout_s)
-        return False
-    return True
-
-
-async def reset_clocks(backend: GpuBackend) -> bool:
-    """Best-effort clock reset used on every exit path; never raises."""
-    if not backend.controls:
-        return True
-    try:
-        await backend.reset_clocks()
-    except (KairosdError, OSError) as exc:
-        log.error(
-            "gpu_clock_reset_failed",
-            error=str(exc),
-            hint="run `kairosd reset` (systemd ExecStopPost does) to unlock the clocks",
-        )
-        return False
-    log.info("gpu_clocks_reset", backend=backend.name)
-    return True

@@ -19,8 +19,9 @@ from controllers.errors import ControllerError
 from kairosd.config import KairosdConfig
 from kairosd.errors import GpuError, GpuPermissionError
 from kairosd.gpu.base import GpuBackend
+from kairosd.gpu_reset import reset_clocks
 from kairosd.health_server import HealthServer
-from kairosd.loop import Daemon, reset_clocks
+from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.router_client import RouterClient
 from kairosd.sdnotify import Notifier
