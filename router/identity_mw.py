@@ -140,7 +140,7 @@ def upstream_headers(
 
 
 class KeyChecker:
-    """Whether a backend accepts a request's real API key, asked before it may wait.
+    """Whether a backend accepts a request's real API key, asked when it must wait.
 
     vLLM checks keys only when the request reaches it; a request with a bogus key
     that must first wait for admission would hold a queue slot (and a seat in
@@ -172,6 +172,13 @@ class KeyChecker:
             (base_url, headers.get("Authorization", ""), headers.get("x-api-key", ""))
         )
         return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def known(self, base_url: str, headers: Mapping[str, str]) -> bool | None:
+        """The remembered answer for these credentials, or None (ask with :meth:`accepted`)."""
+        known = self._known.get(self._cache_key(base_url, headers))
+        if known is not None and self.clock() < known[1]:
+            return known[0]
+        return None
 
     async def accepted(
         self, session: aiohttp.ClientSession, base_url: str, headers: Mapping[str, str]

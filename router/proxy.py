@@ -176,10 +176,7 @@ class Proxy:
                 agent.estimated_context_tokens = len(body) // 4
             self._place(agent)
             headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
-            held_s = 0.0
-            if not agent.admitted:
-                await self._before_waiting(agent, headers)
-                held_s = await core.admission.wait_admitted(agent)
+            held_s = 0.0 if agent.admitted else await self._wait_admission(agent, headers)
             self._overhead[route].observe(core.clock() - t0 - held_s)
             resp, outcome = await self._forward(request, agent, body, headers, inject)
             self._account(agent, route, stream, t0, held_s, len(body), outcome)
@@ -190,18 +187,36 @@ class Proxy:
             if agent.ephemeral:
                 core.agents.finish(agent, reason="one-turn")
 
-    async def _before_waiting(self, agent: Agent, headers: dict[str, str]) -> None:
-        """Checks for a request that would wait for admission: a bound per agent, and
-        a key the backend accepts (a bogus key must not hold a queue slot)."""
-        if agent.in_flight > self.core.config.max_waiting_per_agent:
+    async def _wait_admission(self, agent: Agent, headers: dict[str, str]) -> float:
+        """Wait for admission, with two guards for requests that really wait: a bound
+        per agent, and a key the backend accepts (a bogus key must not keep a queue
+        slot). The key is asked about only if the agent did not pass at once."""
+        core = self.core
+        if agent.in_flight > core.config.max_waiting_per_agent:
             raise TooManyRequestsError(
-                f"agent has more than {self.core.config.max_waiting_per_agent} requests "
+                f"agent has more than {core.config.max_waiting_per_agent} requests "
                 "waiting for admission",
-                retry_after_s=self.core.config.admission.retry_after_s,
+                retry_after_s=core.config.admission.retry_after_s,
             )
-        inst = self.core.pool.get(agent.instance)
-        if inst is not None and not await self.keys.accepted(self.session, inst.base_url, headers):
+        inst = core.pool.get(agent.instance)
+        base = inst.base_url if inst is not None else None
+        if base is not None and self.keys.known(base, headers) is False:
             raise AuthenticationError("the backend rejected this API key")
+        wait = asyncio.create_task(core.admission.wait_admitted(agent))
+        await asyncio.sleep(0)  # the admission fast path completes in this step
+        if wait.done() or base is None or self.keys.known(base, headers) is not None:
+            return await wait
+        try:
+            ok = await self.keys.accepted(self.session, base, headers)
+        except BaseException:
+            wait.cancel()
+            raise
+        if not ok:
+            wait.cancel()  # leaves the hold queue
+            with contextlib.suppress(asyncio.CancelledError, RouterError):
+                await wait
+            raise AuthenticationError("the backend rejected this API key")
+        return await wait
 
     def _observe(self, inst_name: str, usage: Usage | None, outcome: _Outcome) -> None:
         """Keep a streamed request with exact usage for the online model (issue 10)."""

@@ -34,7 +34,10 @@ async def make_router(tmp_path: Path) -> AsyncIterator[StartRouter]:
     started: list[RunningRouter] = []
 
     async def make(backends: list[str], state_dir: Path | None = None, **kw: Any) -> RunningRouter:
-        router = await start_router(backends, state_dir or tmp_path / "state", **kw)
+        # A fresh state directory per router unless the test shares one on purpose
+        # (start/end are persisted at once, so a shared one would restore agents).
+        fresh = tmp_path / ("state" if not started else f"state{len(started)}")
+        router = await start_router(backends, state_dir or fresh, **kw)
         started.append(router)
         return router
 
