@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+import structlog
 
 from router.testing import FakeBackend, ManualClock, RunningRouter, start_router
 from tests.router.conftest import CHAT, agent_key, start_agent
@@ -233,3 +234,55 @@ async def test_breaker_opens_on_5xx_moves_traffic_and_half_opens(
 def router_proxy_tick(router: RunningRouter) -> None:
     """Run the maintenance loop's breaker step once (tests run without timers)."""
     router.breakers.tick()
+
+
+async def test_a_client_that_stops_reading_a_stream_is_dropped(tmp_path: Path) -> None:
+    """The backend streams ~64 MB of SSE; the client sends its request and never
+    reads. Once the socket buffers fill, the router's write blocks; it drops the
+    client after ``idle_stream_s`` instead of holding the handler forever."""
+    from aiohttp import web
+
+    from router.config import TimeoutSettings
+
+    event = b"data: " + json.dumps({"choices": [{"delta": {"content": "x" * 60_000}}]}).encode()
+    upstream_closed = asyncio.Event()
+
+    async def chat(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        try:
+            for _ in range(1_000):
+                await resp.write(event + b"\n\n")
+        except (ConnectionResetError, asyncio.CancelledError):
+            upstream_closed.set()
+            raise
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app, handler_cancellation=True)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    backend_url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    router = await start_router(
+        [backend_url], tmp_path / "s", timeouts=TimeoutSettings(idle_stream_s=0.5)
+    )
+    host, port = router.url.removeprefix("http://").split(":")
+    try:
+        _, writer = await asyncio.open_connection(host, int(port))
+        body = _chat(stream=True)
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        with structlog.testing.capture_logs() as logs:
+            async with asyncio.timeout(30):
+                await upstream_closed.wait()  # the router gave up on the slow client
+        assert any(e["event"] == "slow_client_dropped" for e in logs)
+        writer.close()
+    finally:
+        await router.stop()
+        await runner.cleanup()
