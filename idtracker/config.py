@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from idtracker.errors import ConfigurationError
+from kairos_common.cli import check_log_level
 from kairos_common.config import load_config
 from kairos_common.credentials import LIFECYCLE_FILE, discover_credential
 from kairos_common.errors import ConfigError
@@ -44,6 +45,7 @@ class IdTrackerConfig:
                 raise ConfigError(f"{name} must not be negative")
         if self.request_timeout_s == 0:
             raise ConfigError("request_timeout_s must be positive")
+        check_log_level(self.log_level, "log_level")
 
 
 def normalise_router_url(url: str) -> str:

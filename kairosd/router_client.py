@@ -60,7 +60,14 @@ class RouterClient:
                 method, url, json=body, headers=self._headers, timeout=self._timeout
             ) as resp:
                 if resp.status in (401, 403):
-                    self._refresh_token()
+                    why = "refused the control token" if self._headers else "wants a token"
+                    self._refresh_token()  # the next call may find a newer one
+                    raise RouterUnavailableError(
+                        f"{method} {url} answered HTTP {resp.status}: the router {why}; "
+                        "set KAIROSD_ROUTER_TOKEN or router_token_file to this instance's "
+                        "daemon credential (credentials/daemon-NAME.token in the router's "
+                        "state directory)"
+                    )
                 if resp.status != 200:
                     raise RouterUnavailableError(f"{method} {url} answered HTTP {resp.status}")
                 return await resp.json(content_type=None)

@@ -16,6 +16,7 @@ import aiohttp
 import structlog
 
 from controllers.errors import ControllerError
+from kairos_common.cli import listen_error
 from kairosd.config import KairosdConfig
 from kairosd.errors import GpuError, GpuPermissionError
 from kairosd.gpu.base import GpuBackend
@@ -123,7 +124,13 @@ async def _serve_with(
         port = None
         if config.listen_port is not None:
             server = HealthServer(metrics, daemon.health, config.listen_host, config.listen_port)
-            port = await server.start()
+            try:
+                port = await server.start()
+            except OSError as exc:
+                msg = listen_error(config.listen_host, config.listen_port, exc, "--listen-port")
+                log.error("cannot_listen", error=msg)
+                server, code = None, EXIT_CONFIG
+                return code
         log.info(
             "kairosd_started",
             instance=config.instance,
@@ -144,8 +151,13 @@ async def _serve_with(
     except GpuPermissionError as exc:
         log.error("gpu_control_required_but_denied", error=str(exc))
         code = EXIT_NO_CONTROL
-    except Exception:
-        log.exception("kairosd_crashed")
+    except Exception as exc:
+        # One line in the journal; the traceback only when debugging (docs/kairosd.md).
+        log.error(
+            "kairosd_crashed",
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=config.log_level == "debug",
+        )
         code = EXIT_ERROR
     finally:
         reset_ok = await asyncio.shield(daemon.shutdown())

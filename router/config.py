@@ -12,6 +12,7 @@ from pathlib import Path
 
 from controllers.confident_placement import ConfidentReassignmentConfig
 from controllers.registry import PLACEMENT_NAMES
+from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
 from kairos_common.errors import ConfigError
 
 ENV_PREFIX = "KAIROS_ROUTER"
@@ -179,6 +180,9 @@ class RouterConfig:
             raise ConfigError("max_connections and max_waiting_per_agent must be >= 1")
         if self.idle_expiry_s <= 0:
             raise ConfigError("idle_expiry_s must be positive")
+        check_port(self.port, "port")
+        check_slo(self.slo_tok_s, "slo_tok_s")
+        check_log_level(self.log_level, "log_level")
 
     def resolved_state_dir(self) -> Path:
         """``state_dir``, else ``$XDG_STATE_HOME/kairos/router`` (``~/.local/state``)."""
@@ -202,8 +206,7 @@ def parse_backend(spec: str, index: int) -> tuple[str, str]:
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"backend {spec!r}: expected http(s)://host:port")
+    check_http_url(url, "backend")
     if not name or "/" in name:
         raise ConfigError(f"backend {spec!r}: bad instance name")
     return name.strip(), url
