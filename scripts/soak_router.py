@@ -100,17 +100,23 @@ async def _spawn(
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip
     assert proc.stdout is not None
-    async with asyncio.timeout(60):
-        while line := await proc.stdout.readline():
-            text = line.decode(errors="replace")
-            if marker == "ready" and text.startswith("ready "):
-                url = text.split()[1]
-                break
-            if marker == "listening" and '"listening"' in text:
-                url = f"http://127.0.0.1:{json.loads(text)['port']}"
-                break
-        else:
-            raise RuntimeError(f"{args} exited during start-up")
+    try:
+        async with asyncio.timeout(60):
+            while line := await proc.stdout.readline():
+                text = line.decode(errors="replace")
+                if marker == "ready" and text.startswith("ready "):
+                    url = text.split()[1]
+                    break
+                if marker == "listening" and '"listening"' in text:
+                    url = f"http://127.0.0.1:{json.loads(text)['port']}"
+                    break
+            else:
+                raise RuntimeError(f"{args} exited during start-up")
+    except BaseException:  # never leave a half-started child behind
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        raise
     asyncio.get_running_loop().create_task(_drain(proc.stdout, events))
     return proc, url
 
