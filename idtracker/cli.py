@@ -87,8 +87,8 @@ def run(
         str | None,
         typer.Option(
             "--control-token",
-            help="Bearer token for the router's control API. Visible in `ps`: prefer "
-            "KAIROS_CONTROL_TOKEN or --control-token-file.",
+            help="Lifecycle credential for the router's control API. Visible in `ps`: "
+            "prefer KAIROS_CONTROL_TOKEN or --control-token-file. Never passed to CMD.",
             show_default=False,
         ),
     ] = None,
@@ -96,8 +96,9 @@ def run(
         Path | None,
         typer.Option(
             "--control-token-file",
-            help="File holding the control token (env KAIROS_CONTROL_TOKEN_FILE); exported "
-            "to CMD so nested id-trackers find it.",
+            help="File holding the lifecycle (or admin) credential (env "
+            "KAIROS_CONTROL_TOKEN_FILE). Default: the credential a local router published. "
+            "Never passed to CMD.",
             show_default=False,
         ),
     ] = None,
@@ -182,9 +183,6 @@ def run(
             slo_tok_s=slo,
             fail_open=cfg.fail_open,
             control_token=config_mod.resolve_control_token(cfg),
-            export_control_token_file=(
-                str(control_token_file.expanduser().resolve()) if control_token_file else None
-            ),
             start_timeout_s=cfg.start_timeout_s,
             end_timeout_s=cfg.end_timeout_s,
             request_timeout_s=cfg.request_timeout_s,

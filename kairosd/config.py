@@ -20,6 +20,7 @@ from controllers.predictive import PredictiveConfig
 from controllers.registry import POLICY_NAMES
 from kairos_common.cli import check_http_url, check_log_level, check_port
 from kairos_common.config import load_config
+from kairos_common.credentials import daemon_file, discover_credential
 
 BACKENDS = ("zeus", "sim", "observe")
 ENV_PREFIX = "KAIROSD"
@@ -107,8 +108,9 @@ class KairosdConfig:
         if self.capacity_tokens is not None and self.capacity_tokens <= 0:
             raise ValueError("capacity_tokens must be positive")
 
-    def resolved_router_token(self) -> str | None:
-        """The router control token: ``router_token``, else the file's first line."""
+    def resolved_router_token(self, env: Mapping[str, str] | None = None) -> str | None:
+        """This instance's daemon credential: ``router_token``, else the file's first
+        line, else the ``daemon-<instance>.token`` a local router published."""
         if self.router_token:
             return self.router_token
         if self.router_token_file is not None:
@@ -116,6 +118,8 @@ class KairosdConfig:
                 return self.router_token_file.read_text(encoding="utf-8").strip() or None
             except OSError as exc:
                 raise ValueError(f"cannot read router_token_file: {exc}") from exc
+        if self.router_url and self.instance:
+            return discover_credential(self.router_url, daemon_file(self.instance), env)
         return None
 
     @property

@@ -20,8 +20,9 @@ from kairos_common.cli import listen_error
 from kairosd.config import KairosdConfig
 from kairosd.errors import GpuError, GpuPermissionError
 from kairosd.gpu.base import GpuBackend
+from kairosd.gpu_reset import reset_clocks
 from kairosd.health_server import HealthServer
-from kairosd.loop import Daemon, reset_clocks
+from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.router_client import RouterClient
 from kairosd.sdnotify import Notifier
@@ -92,7 +93,12 @@ async def _serve_with(
     router = None
     if config.router_url:
         router = RouterClient(
-            session, config.router_url, config.instance, config.http_timeout_s, token
+            session,
+            config.router_url,
+            config.instance,
+            config.http_timeout_s,
+            token,
+            token_source=config.resolved_router_token,
         )
     try:
         sink = JsonlWriter(config.report_path) if config.report_path else None

@@ -30,7 +30,7 @@ from kairos_common.cli import (
 from kairos_common.config import load_config
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
-from router.app import create_app
+from router.app import create_app, make_runner, publish_credentials, raise_nofile_limit
 from router.config import ENV_PREFIX, RouterConfig
 from router.errors import RouterError
 
@@ -167,13 +167,15 @@ async def serve(application: web.Application, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(application, handler_cancellation=True, access_log=None)
+    raise_nofile_limit()
+    runner = make_runner(application)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, shutdown_timeout=10.0)
         await site.start()
         bound = [a for a in runner.addresses if isinstance(a, tuple)]
         actual_port = bound[0][1] if bound else port
+        publish_credentials(application, actual_port)
         structlog.get_logger("kairos.router").info("listening", host=host, port=actual_port)
         await stop.wait()
         structlog.get_logger("kairos.router").info("shutting_down")

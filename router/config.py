@@ -124,6 +124,14 @@ class TimeoutSettings:
     health_timeout_s: float = 2.0
     unhealthy_after_failures: int = 2
     metrics_interval_s: float = 30.0
+    header_read_s: float = 30.0
+    """A connection must send its request headers within this (also the keep-alive idle)."""
+    body_read_s: float = 60.0
+    """A request body must arrive within this (a trickling client gets 408)."""
+    breaker_failures: int = 3
+    """Consecutive timeouts/5xx that open an instance's circuit breaker."""
+    breaker_open_s: float = 30.0
+    """How long an open breaker keeps new requests away before one trial request."""
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,8 @@ class RouterConfig:
     signing_secret_file: Path | None = None
     control_token: str | None = None
     control_token_file: Path | None = None
+    credentials_dir: Path | None = None
+    """Admin/lifecycle/daemon credential files (default ``<state_dir>/credentials``)."""
     records: Path | None = None
     run: str = ""
     """Label written into every agent record (``run``), like ``kairosd --run``, so
@@ -146,8 +156,12 @@ class RouterConfig:
     identity_header: str = "X-Kairos-Agent"
     idle_expiry_s: float = 1800.0
     slo_tok_s: float = 20.0
-    max_body_bytes: int = 256 * MIB
+    max_body_bytes: int = 32 * MIB
     max_attempts: int = 3
+    max_connections: int = 10_000
+    """Inbound connections beyond this are answered 503 and closed at once."""
+    max_waiting_per_agent: int = 8
+    """Requests one agent may have waiting for admission; more get 429."""
     log_level: str = "info"
     log_json: bool | None = None
     placement: PlacementSettings = field(default_factory=PlacementSettings)
@@ -162,6 +176,8 @@ class RouterConfig:
             raise ConfigError("max_attempts must be >= 1")
         if self.max_body_bytes < 1024:
             raise ConfigError("max_body_bytes must be at least 1024")
+        if self.max_connections < 1 or self.max_waiting_per_agent < 1:
+            raise ConfigError("max_connections and max_waiting_per_agent must be >= 1")
         if self.idle_expiry_s <= 0:
             raise ConfigError("idle_expiry_s must be positive")
         check_port(self.port, "port")
@@ -174,6 +190,12 @@ class RouterConfig:
             return self.state_dir.expanduser()
         base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         return Path(base) / "kairos" / "router"
+
+    def resolved_credentials_dir(self) -> Path:
+        """``credentials_dir``, else ``<state dir>/credentials``."""
+        if self.credentials_dir is not None:
+            return self.credentials_dir.expanduser()
+        return self.resolved_state_dir() / "credentials"
 
 
 def parse_backend(spec: str, index: int) -> tuple[str, str]:
