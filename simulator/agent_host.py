@@ -8,7 +8,9 @@ measured the machine, not Kairos. This host pays the import once, *before* the
 window, then starts each agent at its arrival time as an asyncio task.
 
 Each agent gets its identity exactly as ``id-tracker`` gets one, with
-id-tracker's own code: :class:`~idtracker.lifecycle_client.LifecycleClient`
+id-tracker's own code: the lifecycle credential from
+:func:`idtracker.config.resolve_control_token`,
+:class:`~idtracker.lifecycle_client.LifecycleClient`
 registers it (``POST /kairos/v1/agents``) just before its arrival, its client is
 configured from :func:`idtracker.env.child_env` (router base URL, key carrying
 the identity), a sub-agent registers with its parent's id (read back with
@@ -44,6 +46,7 @@ from typing import IO, Any
 
 import aiohttp
 
+from idtracker import config as config_mod
 from idtracker import env as child_env_mod
 from idtracker.errors import IdTrackerError
 from idtracker.lifecycle_client import LifecycleClient
@@ -105,10 +108,16 @@ class AgentHost:
         self._model_lock = asyncio.Lock()
         # What a user's shell would hand id-tracker: just the real key.
         self._base_env: dict[str, str] = {"OPENAI_API_KEY": cfg.api_key}
+        # The lifecycle credential, found as id-tracker finds it (flag, env,
+        # config file, else the one a local router published).
+        id_cfg = config_mod.load(path=None, overrides={"router_url": cfg.router_url})
+        self._control_token = config_mod.resolve_control_token(id_cfg)
 
     def _lifecycle(self) -> LifecycleClient:
         return LifecycleClient(
-            self.cfg.router_url, control_token=None, request_timeout_s=self.cfg.request_timeout_s
+            self.cfg.router_url,
+            control_token=self._control_token,
+            request_timeout_s=self.cfg.request_timeout_s,
         )
 
     async def _model_name(self, base_url: str, key: str) -> str:
