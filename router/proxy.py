@@ -165,7 +165,7 @@ class Proxy:
             if agent.context_tokens is None:
                 # Sized before placement: confident placement fits the newcomer's
                 # prompt (Algorithm 2 ignores it; admission reads it either way).
-                agent.estimated_context_tokens = len(body) // 4
+                agent.estimated_context_tokens = core.admission.estimate_tokens(len(body))
             self._place(agent)
             held_s = 0.0 if agent.admitted else await core.admission.wait_admitted(agent)
             headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
