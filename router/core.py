@@ -234,7 +234,14 @@ class RouterCore:
             agent = self.ledger.get(agent_id)
             if agent is not None and not agent.ephemeral:
                 rows.append(agent.to_row(now, now_unix))
-        deleted = list(self.ledger.deleted)
+        dirty, deleted = set(self.ledger.dirty), set(self.ledger.deleted)
         self.ledger.dirty.clear()
         self.ledger.deleted.clear()
-        await self.store.write(rows, deleted)
+        try:
+            await self.store.write(rows, list(deleted))
+        except BaseException:
+            # Not written (full disk, cancelled): keep every change for the next try,
+            # or ended agents would come back after a restart.
+            self.ledger.dirty |= dirty - self.ledger.deleted
+            self.ledger.deleted |= deleted - self.ledger.dirty
+            raise
