@@ -183,6 +183,8 @@ def agent_from_json(obj: dict[str, Any]) -> AgentView:
         llm_time_s=_get(obj, "llm_time_s", float, 0.0, lo=0, hi=MAX_DURATION_S),
         completed_steps=_get(obj, "completed_steps", int, 0, lo=0),
         waiting_since_s=_get(obj, "waiting_since_s", float, None),
+        in_flight=_get(obj, "in_flight", bool, False),
+        last_active_s=_get(obj, "last_active_s", float, None),
     )
 
 

@@ -88,6 +88,9 @@ class AdmissionSettings:
     retry_after_s: float = 5.0
     capacity_tokens: int | None = None
     stale_after_s: float | None = None
+    max_model_len_tokens: int | None = None
+    """Bound on a newcomer's size estimate (its first body's bytes / 4); unset:
+    the largest known KV capacity."""
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import structlog
 
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
+from controllers.registry import make_placement_policy
 from reporting.records import JsonlWriter
 from router.admission import AdmissionService
 from router.agents import AgentService
@@ -63,10 +64,17 @@ class RouterCore:
             ),
         )
         self.admission = AdmissionService(
-            self.pool, self.ledger, controller, adm, self.metrics, clock, self.observations
+            self.pool,
+            self.ledger,
+            controller,
+            adm,
+            self.metrics,
+            clock,
+            self.observations,
+            make_placement_policy(config.placement.policy, config.placement.theta_cons),
         )
         self.placement = PlacementService.from_settings(
-            config.placement, self.pool, self.ledger, self.metrics
+            config.placement, self.pool, self.ledger, self.metrics, self.admission
         )
         self.agents = AgentService(
             self.ledger,

@@ -171,9 +171,9 @@ class Proxy:
         agent.last_seen_s = t0
         try:
             if agent.context_tokens is None:
-                # Sized before placement: confident placement fits the newcomer's
-                # prompt (Algorithm 2 ignores it; admission reads it either way).
-                agent.estimated_context_tokens = len(body) // 4
+                # Sized before placement: fleet admission places the newcomer where
+                # its prompt is admitted now (controllers/admission.py), bounded.
+                agent.estimated_context_tokens = core.admission.estimate_tokens(len(body))
             self._place(agent)
             headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
             held_s = 0.0 if agent.admitted else await self._wait_admission(agent, headers)
