@@ -26,7 +26,7 @@ PROMPT = "the quick brown fox jumps over the lazy dog"
 
 def _requests() -> dict[str, tuple[str, dict[str, Any]]]:
     chat = [{"role": "user", "content": PROMPT}]
-    base = {"model": MODEL_NAME, "seed": 1}
+    base = {"model": MODEL_NAME, "seed": 1, "temperature": 0.0}  # greedy: same bytes every run
     usage = {"stream_options": {"include_usage": True}}
     return {
         "chat.json": ("/v1/chat/completions", {**base, "messages": chat, "max_tokens": 5}),

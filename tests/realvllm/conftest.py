@@ -23,12 +23,12 @@ from tests.realvllm.engine import VllmServer, VllmSpec, running_vllm, unavailabl
 SPEC = VllmSpec(num_gpu_blocks=32, max_model_len=2048)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm_workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("realvllm")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def vllm(vllm_workdir: Path) -> Iterator[VllmServer]:
     reason = unavailable_reason()
     if reason is not None:

@@ -111,19 +111,25 @@ def test_ledger_usage_against_vllm_kv_usage(
         second = [_line(p) for p in procs]
         for p in procs:
             assert p.wait(timeout=60) == 0
+    # U moves only when a turn completes: samples taken as the first agents finished
+    # (the router saw the end before vLLM's gauge did) are not "while generating"
+    during = [frac for frac, ledger_u in samples if ledger_u == u]
+    assert during, samples
     prompts2 = [s["usage"]["prompt_tokens"] for s in second]
     # vLLM's fraction counts blocks over num_gpu_blocks - 1 (one block is its null block)
     usable_blocks = capacity // BLOCK - 1
-    blocks = sorted({round(frac * usable_blocks) for frac, _ in samples})
-    kv_tokens = sorted({round(frac * capacity) for frac, _ in samples})  # what Kairos reads
+    blocks = sorted({round(frac * usable_blocks) for frac in during})
+    kv_tokens = sorted({round(frac * capacity) for frac in during})  # what Kairos reads
     errors = [t - u for t in kv_tokens]
     with capsys.disabled():
         print(
             f"\nrealvllm U: {k} agents, ledger U={u} (C_a {contexts}); second-turn prompts "
-            f"{prompts2} + up to 600 generated; {len(samples)} samples while all ran: "
-            f"vLLM blocks {blocks}, kv_usage_perc x capacity {kv_tokens}, error vs U {errors}"
+            f"{prompts2} + up to 600 generated; {len(during)} samples while all ran: "
+            f"vLLM blocks {blocks}, kv_usage_perc x capacity {kv_tokens}, error vs U {errors}; "
+            f"at the first sample: new turn input {sum(prompts2) - u}, block rounding "
+            f"{blocks[0] * BLOCK - sum(prompts2)} (with the tokens generated so far), null-block "
+            f"denominator {kv_tokens[0] - blocks[0] * BLOCK}"
         )
-    assert {ledger_u for _, ledger_u in samples} == {u}  # U moves only when a turn completes
     # vLLM holds at least each second turn's prompt (which contains C_a), block-rounded ...
     low = sum(-(-p // BLOCK) for p in prompts2)
     # ... and at most that plus the 600 tokens each may generate
