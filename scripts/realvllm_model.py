@@ -53,11 +53,9 @@ def build(out: Path) -> None:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS * 4, trainer=trainer)
+    bos, eos, pad = SPECIAL[:3]
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token="<|bos|>",
-        eos_token="<|eos|>",
-        pad_token="<|pad|>",
+        tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=pad
     )
     fast.chat_template = CHAT_TEMPLATE
     fast.model_max_length = 8192
@@ -81,7 +79,9 @@ def build(out: Path) -> None:
     fast.save_pretrained(out)
     params = sum(p.numel() for p in model.parameters())
     (out / "kairos-model.json").write_text(
-        json.dumps({"parameters": params, "vocab_size": VOCAB, "tokenizer_vocab": tok.get_vocab_size()})
+        json.dumps(
+            {"parameters": params, "vocab_size": VOCAB, "tokenizer_vocab": tok.get_vocab_size()}
+        )
         + "\n"
     )
     print(f"tiny model: {params} parameters, tokenizer vocab {tok.get_vocab_size()} -> {out}")

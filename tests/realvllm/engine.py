@@ -90,12 +90,12 @@ def http(
 ) -> tuple[int, bytes]:
     """One HTTP exchange on loopback; returns (status, body) for any status."""
     data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method)
+    req = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (loopback http)
     req.add_header("Content-Type", "application/json")
     for k, v in (headers or {}).items():
         req.add_header(k, v)
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (loopback)
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (loopback http)
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -129,10 +129,8 @@ class Proc:
         if self.popen.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.popen.pid, signal.SIGTERM)
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.popen.wait(timeout=grace_s)
-            except subprocess.TimeoutExpired:
-                pass
         # the group may outlive its leader (vLLM's engine core): always sweep it
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.popen.pid, signal.SIGKILL)

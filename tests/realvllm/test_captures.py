@@ -10,6 +10,7 @@ shapes, so the captures cannot silently go stale.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -105,7 +106,7 @@ def test_streams_split_anywhere_give_the_same_result(route: str, cuts: list[int]
     whole = SseUsageFilter(strip_usage_event=strip)
     expected = whole.feed(data) + whole.flush()
     filt = SseUsageFilter(strip_usage_event=strip)
-    out = b"".join(filt.feed(data[a:b]) for a, b in zip(bounds, bounds[1:], strict=False))
+    out = b"".join(filt.feed(data[a:b]) for a, b in itertools.pairwise(bounds))
     out += filt.flush()
     assert out == expected
     assert filt.usage == whole.usage == Usage(*_final_usage(route))

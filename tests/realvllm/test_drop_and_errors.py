@@ -46,7 +46,7 @@ def test_dropped_stream_is_aborted_upstream_and_not_counted(
         assert generated < 1900 + first["usage"]["completion_tokens"]
         status = wait_for(
             "the router to finish the dropped request",
-            lambda: (a := router.agent(agent_id))["in_flight"] == 0 and a or None,
+            lambda: ((a := router.agent(agent_id))["in_flight"] == 0 and a) or None,
             timeout_s=30,
         )
         # the ledger keeps the completed turn only: C_a is that turn's context
@@ -77,8 +77,11 @@ def test_vllm_errors_reach_the_client_unchanged(
     vllm: VllmServer, router: Router, vllm_workdir: Path
 ) -> None:
     report = run_agent(router, vllm_workdir, "errors", str(SPEC.max_model_len))
-    through = {name: (r["status"], json.loads(r["body"])) for name, r in report.items()
-               if name != "agent_id"}
+    through = {
+        name: (r["status"], json.loads(r["body"]))
+        for name, r in report.items()
+        if name != "agent_id"
+    }
     # the same requests straight to vLLM: same status, same body
     direct = {
         name: _direct(vllm, case["model"], case["content"])

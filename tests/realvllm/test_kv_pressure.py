@@ -29,13 +29,13 @@ import pytest
 from tests.realvllm.engine import (
     Router,
     VllmServer,
+    free_port,
     running_router,
     spawn,
     start_agent,
     tool,
     wait_for,
     wait_healthy,
-    free_port,
 )
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -68,7 +68,9 @@ def agents(
     procs: list[subprocess.Popen[str]] = []
     try:
         for i in range(count):
-            p = start_agent(router, workdir, *args, env={"AGENT_SEED": str(5 * i)})  # distinct texts
+            p = start_agent(
+                router, workdir, *args, env={"AGENT_SEED": str(5 * i)}
+            )  # distinct texts
             procs.append(p)
         yield procs
     finally:
@@ -172,7 +174,7 @@ def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResu
     ids = {r["agent_id"] for r in reports}
     recs = wait_for(
         "every agent's record",
-        lambda: (r := router.records_by_agent()) and ids <= set(r) and r or None,
+        lambda: ((r := router.records_by_agent()) and ids <= set(r) and r) or None,
         timeout_s=30,
     )
     records = [recs[i] for i in ids]
@@ -242,10 +244,24 @@ def test_preemptions_no_control_against_kairos_admission(
         daemon = spawn(
             "kairosd",
             [
-                *tool("kairosd"), "run", "--instance", "i0", "--vllm-url", vllm.url,
-                "--router-url", router.url, "--gpu-backend", "sim", "--epoch-s", "1.0",
-                "--report", str(report), "--listen-port", str(port), "--log-json",
-            ],  # fmt: skip
+                *tool("kairosd"),
+                "run",
+                "--instance",
+                "i0",
+                "--vllm-url",
+                vllm.url,
+                "--router-url",
+                router.url,
+                "--gpu-backend",
+                "sim",
+                "--epoch-s",
+                "1.0",
+                "--report",
+                str(report),
+                "--listen-port",
+                str(port),
+                "--log-json",
+            ],
             vllm_workdir,
             env={
                 "KAIROSD_SIM_GPU_URL": sim_gpu,

@@ -29,7 +29,7 @@ import httpx
 import openai
 
 MODEL = "tiny-llama"
-WORDS = "the quick brown fox jumps over the lazy dog while kairos lowers the clock".split()
+WORDS = "the quick brown fox jumps over the lazy dog while kairos lowers the clock".split()  # noqa: SIM905
 # 14 words: seeds 5 apart give distinct texts (no shared prefix blocks) for 14 agents
 
 
@@ -93,7 +93,9 @@ def route(name: str, stream: bool) -> dict[str, Any]:
         if not stream:
             c = client.completions.create(model=MODEL, prompt=prompt, max_tokens=12)
             return {"usage": usage_dict(c.usage)}
-        parts = list(client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, stream=True))
+        parts = list(
+            client.completions.create(model=MODEL, prompt=prompt, max_tokens=12, stream=True)
+        )
         return {"usage": None, "usage_chunks": sum(p.usage is not None for p in parts)}
     if name == "responses":
         if not stream:
