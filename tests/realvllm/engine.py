@@ -358,16 +358,46 @@ def run_agent(
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
 
 
+@dataclass
+class AgentProc:
+    """An agent under id-tracker with pipes: the test reads its JSON lines and
+    releases its gated turns by writing lines to its stdin. Its stderr goes to a
+    file (a pipe nobody reads could fill and block it)."""
+
+    popen: subprocess.Popen[str]
+    err_path: Path
+
+    def line(self) -> dict[str, Any]:
+        """The agent's next JSON line (bounded by the test's timeout; no sleeps)."""
+        assert self.popen.stdout is not None
+        line = self.popen.stdout.readline()
+        if not line:
+            err = self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+            raise EngineError(f"agent exited ({self.popen.wait()}) early: {err[-2000:]}")
+        return dict(json.loads(line))
+
+    def release(self) -> None:
+        """Let a gated agent take its next turn."""
+        assert self.popen.stdin is not None
+        self.popen.stdin.write("\n")
+        self.popen.stdin.flush()
+
+    def wait(self, timeout_s: float = 60.0) -> int:
+        return self.popen.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(timeout=30)
+
+
 def start_agent(
     router: Router, workdir: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.Popen[str]:
-    """An agent under id-tracker with pipes: the test reads its JSON lines and
-    releases its gated turns by writing lines to its stdin. Its stderr goes to
-    ``agent-<pid>.err`` in ``workdir`` (a pipe nobody reads could fill and block it)."""
+) -> AgentProc:
     workdir.mkdir(parents=True, exist_ok=True)
     err_path = workdir / f"agent-{uuid.uuid4().hex[:8]}.err"
     with err_path.open("w") as err:
-        proc = subprocess.Popen(
+        popen = subprocess.Popen(
             agent_argv(*args),
             env={**scrubbed_env(router.url, workdir), **(env or {})},
             cwd=REPO,
@@ -377,5 +407,4 @@ def start_agent(
             text=True,
             start_new_session=True,
         )
-    proc.args = [*agent_argv(*args), f"2>{err_path}"]
-    return proc
+    return AgentProc(popen, err_path)

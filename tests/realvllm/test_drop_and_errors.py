@@ -20,7 +20,6 @@ from tests.realvllm.engine import (
     start_agent,
     wait_for,
 )
-from tests.realvllm.test_kv_pressure import _line, _send
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -37,9 +36,9 @@ def test_dropped_stream_is_aborted_upstream_and_not_counted(
     before = vllm.wait_idle()
     proc = start_agent(router, vllm_workdir, "drop")
     try:
-        first = _line(proc)
+        first = proc.line()
         agent_id = first["agent_id"]
-        assert _line(proc) == {"dropped": True}
+        assert proc.line() == {"dropped": True}
         # vLLM stops generating the abandoned 1900 tokens: running returns to 0
         after = vllm.wait_idle(timeout_s=60)
         generated = (after.generation_tokens_total or 0) - (before.generation_tokens_total or 0)
@@ -56,12 +55,10 @@ def test_dropped_stream_is_aborted_upstream_and_not_counted(
         assert status["decode_tokens"] == usage["completion_tokens"]
         inst = router.instances()[0]
         assert inst["usage_tokens"] == status["context_tokens"]
-        _send(proc)
-        assert proc.wait(timeout=60) == 0
+        proc.release()
+        assert proc.wait() == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=30)
+        proc.kill()
 
 
 def _direct(vllm: VllmServer, model: str, content: str) -> tuple[int, Any]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.realvllm.engine import (
+    AgentProc,
     Router,
     VllmServer,
     free_port,
@@ -43,29 +43,10 @@ pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(900)]
 BLOCK = 128
 
 
-def _line(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    """The agent's next JSON line (bounded by the test timeout; no sleeps)."""
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    if not line:
-        err_file = str(proc.args[-1])[1:]
-        err = Path(err_file).read_text(errors="replace") if Path(err_file).exists() else ""
-        raise AssertionError(f"agent exited ({proc.wait()}) early: {err[-2000:]}")
-    return dict(json.loads(line))
-
-
-def _send(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
-    proc.stdin.write("\n")
-    proc.stdin.flush()
-
-
 @contextlib.contextmanager
-def agents(
-    router: Router, workdir: Path, count: int, *args: str
-) -> Iterator[list[subprocess.Popen[str]]]:
+def agents(router: Router, workdir: Path, count: int, *args: str) -> Iterator[list[AgentProc]]:
     """``count`` id-tracker agents with stdin gates; killed on any early exit."""
-    procs: list[subprocess.Popen[str]] = []
+    procs: list[AgentProc] = []
     try:
         for i in range(count):
             p = start_agent(
@@ -75,9 +56,7 @@ def agents(
         yield procs
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait(timeout=30)
+            p.kill()
 
 
 def test_ledger_usage_against_vllm_kv_usage(
@@ -88,8 +67,8 @@ def test_ledger_usage_against_vllm_kv_usage(
         running_router(vllm_workdir, vllm.url, name="router-usage") as router,
         agents(router, vllm_workdir, k, "turns", "2", "100", "100", "40,600", "--wait") as procs,
     ):
-        first = [_line(p) for p in procs]
-        ready = [_line(p) for p in procs]
+        first = [p.line() for p in procs]
+        ready = [p.line() for p in procs]
         assert all(r == {"ready": 1} for r in ready)
         contexts = [f["usage"]["prompt_tokens"] + f["usage"]["completion_tokens"] for f in first]
         u = sum(contexts)
@@ -97,7 +76,7 @@ def test_ledger_usage_against_vllm_kv_usage(
         assert inst["usage_tokens"] == u  # U = Σ C_a, exact after every agent's first turn
         vllm.wait_idle()
         for p in procs:
-            _send(p)
+            p.release()
         capacity = vllm.metrics().capacity_tokens
         assert capacity is not None
         samples: list[tuple[float, int]] = []
@@ -110,9 +89,9 @@ def test_ledger_usage_against_vllm_kv_usage(
             return True if samples and (m.num_running or 0) < k else None
 
         wait_for("the second turns to run and finish", sample, timeout_s=300, every_s=0.05)
-        second = [_line(p) for p in procs]
+        second = [p.line() for p in procs]
         for p in procs:
-            assert p.wait(timeout=60) == 0
+            assert p.wait() == 0
     # U moves only when a turn completes: samples taken as the first agents finished
     # (the router saw the end before vLLM's gauge did) are not "while generating"
     during = [frac for frac, ledger_u in samples if ledger_u == u]
@@ -160,15 +139,15 @@ def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResu
         running_sampler(vllm) as peak,
     ):
         for p in procs:
-            assert _line(p) == {"ready": 0}
+            assert p.line() == {"ready": 0}
         for p in procs:
-            _send(p)
+            p.release()
         reports = []
         for p in procs:
-            while "agent_id" not in (line := _line(p)):
+            while "agent_id" not in (line := p.line()):
                 pass
             reports.append(line)
-            assert p.wait(timeout=60) == 0
+            assert p.wait() == 0
     after = vllm.wait_idle()
     assert before.preemptions_total is not None and after.preemptions_total is not None
     ids = {r["agent_id"] for r in reports}
