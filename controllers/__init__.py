@@ -29,7 +29,12 @@ from controllers.placement import (
     make_placement,
 )
 from controllers.predictive import PredictiveConfig, PredictiveController
-from controllers.registry import levels_for, make_controller, make_placement_policy
+from controllers.registry import (
+    kairos_config_for,
+    levels_for,
+    make_controller,
+    make_placement_policy,
+)
 from controllers.types import (
     AgentView,
     ControlDecision,
@@ -71,6 +76,7 @@ __all__ = [
     "RequestObservation",
     "RoundRobin",
     "UnknownPolicyError",
+    "kairos_config_for",
     "levels_for",
     "make_controller",
     "make_placement",

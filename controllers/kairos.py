@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from controllers.admission import AdmissionRule, admit_in_order
 from controllers.errors import InvalidSnapshotError
 from controllers.frequency import FrequencyLevels
 from controllers.types import AgentView, ControlDecision, InstanceSnapshot
@@ -42,6 +43,15 @@ class KairosConfig:
     new_agent_context_tokens: int = 3000
     pending_grace_s: float = 10.0
     admit_within_beta: bool = True
+    activity_aware: bool = True
+    """Eq. 9 from the context of *active* agents only (docs/control-law.md, point 6);
+    False is the paper-exact law (policy ``kairos-paper``)."""
+    boost_reachable_only: bool = True
+    """The SLO boost ignores agents no clock can lift to τ (docs/control-law.md,
+    point 7); False is the paper (any agent under τ pins the top clock)."""
+    idle_after_s: float = 10.0
+    """An ongoing agent with no request in flight for this long stops counting
+    towards the clock level (it still counts towards admission)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
@@ -54,6 +64,18 @@ class KairosConfig:
             raise InvalidSnapshotError("slo_tok_s must be >= 0")
         if self.new_agent_context_tokens < 0:
             raise InvalidSnapshotError("new_agent_context_tokens must be >= 0")
+        if not self.idle_after_s > 0.0:
+            raise InvalidSnapshotError(f"idle_after_s must be > 0, got {self.idle_after_s}")
+
+    @property
+    def admission_rule(self) -> AdmissionRule:
+        """Eq. 13 with these thresholds (shared with fleet admission)."""
+        return AdmissionRule(
+            beta=self.beta,
+            gamma=self.gamma,
+            enabled=self.thrashing_avoidance,
+            admit_within_beta=self.admit_within_beta,
+        )
 
 
 def context_level(usage_tokens: int, capacity_tokens: int, levels: int, alpha: float) -> int:
@@ -94,18 +116,39 @@ class KairosController:
 
     def min_throughput(self, snapshot: InstanceSnapshot) -> float | None:
         """Eq. 11 over ongoing ∪ pending, with the pending-without-history rule."""
-        values: list[float] = []
+        values = [v for v, _ in self._throughputs(snapshot)]
+        return min(values) if values else None
+
+    def boost_throughput(self, snapshot: InstanceSnapshot) -> float | None:
+        """The minimum the SLO boost acts on. With ``boost_reachable_only``,
+        measured agents below ``τ·f(1)/f(L)`` are left out: their requests ran at
+        ``f(1)`` or faster and compute time shrinks at most by ``f(L)/f(1)`` at the
+        top clock (prefill queueing and held time not at all), so no clock lifts
+        them to τ and boosting for them pins the top clock for nothing (huge-prompt
+        sessions whose latency is prefill). Held agents past the grace period
+        still count (at 0): boosting drains contexts, which is what admits them."""
+        values = self._throughputs(snapshot)
+        if self.config.boost_reachable_only and self.levels.count > 1:
+            reach = self.levels.clock_of(self.levels.count) / self.levels.clock_of(1)
+            floor = self.config.slo_tok_s / reach
+            values = [(v, measured) for v, measured in values if not measured or v >= floor]
+        return min(v for v, _ in values) if values else None
+
+    def _throughputs(self, snapshot: InstanceSnapshot) -> list[tuple[float, bool]]:
+        """Eq. 10 per agent, with whether it was measured (False: a held agent
+        without history, entered at 0 after ``pending_grace_s``)."""
+        values: list[tuple[float, bool]] = []
         for agent in snapshot.ongoing:
             tput = agent.throughput_tok_s
             if tput is not None:
-                values.append(tput)
+                values.append((tput, True))
         for agent in snapshot.pending:
             tput = agent.throughput_tok_s
             if tput is not None:
-                values.append(tput)
+                values.append((tput, True))
             elif self._waited(agent, snapshot.now_s) >= self.config.pending_grace_s:
-                values.append(0.0)
-        return min(values) if values else None
+                values.append((0.0, False))
+        return values
 
     @staticmethod
     def _waited(agent: AgentView, now_s: float) -> float:
@@ -115,36 +158,60 @@ class KairosController:
     def admissions(
         self, snapshot: InstanceSnapshot, usage_tokens: int
     ) -> tuple[tuple[str, ...], int]:
-        """Eq. 13 two-threshold admission, in arrival order, head-of-line.
+        """Eq. 13 two-threshold admission, in arrival order, head-of-line
+        (:func:`controllers.admission.admit_in_order`).
 
         Returns the admitted agent ids and ``U`` after admitting them.
         """
+        sizes = ((a.agent_id, self.agent_context(a)) for a in snapshot.pending)
+        return admit_in_order(
+            sizes, usage_tokens, snapshot.capacity_tokens, self.config.admission_rule
+        )
+
+    def is_active(self, agent: AgentView, now_s: float) -> bool:
+        """Has ``agent`` had a request in flight within ``idle_after_s``?
+
+        Unknown activity (an old router, no completed request) counts as active,
+        which is the paper's law.
+        """
+        if agent.in_flight or agent.last_active_s is None:
+            return True
+        return now_s - agent.last_active_s < self.config.idle_after_s
+
+    def working_usage(self, snapshot: InstanceSnapshot) -> int:
+        """The context Eq. 9 sets the clock from (docs/control-law.md, point 6).
+
+        Every ongoing context (the paper) without ``activity_aware``, and also
+        under context pressure: while agents are held here (with fleet admission
+        that means no instance has room) or once ``U ≥ γ·U_max`` (the instance has
+        stopped admitting), contexts must drain and the paper's law applies.
+        Otherwise only the active agents' contexts, so a GPU whose sessions sit
+        in tool calls or think gaps runs slow. A measured
+        ``usage_tokens`` from vLLM carries no per-agent activity and is used as is.
+        """
         cfg = self.config
-        u = usage_tokens
-        if not cfg.thrashing_avoidance:
-            u += sum(self.agent_context(a) for a in snapshot.pending)
-            return tuple(a.agent_id for a in snapshot.pending), u
-        cap = snapshot.capacity_tokens
-        admitted: list[str] = []
-        for agent in snapshot.pending:
-            if u >= cfg.gamma * cap:
-                break
-            size = self.agent_context(agent)
-            if cfg.admit_within_beta and u > 0 and u + size > cfg.beta * cap:
-                break
-            admitted.append(agent.agent_id)
-            u += size
-        return tuple(admitted), u
+        usage = self.usage(snapshot)
+        if (
+            not cfg.activity_aware
+            or snapshot.usage_tokens is not None
+            or snapshot.pending
+            or usage >= cfg.gamma * snapshot.capacity_tokens
+        ):
+            return usage
+        now = snapshot.now_s
+        return sum(self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now))
 
     def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
         cfg = self.config
         if snapshot.capacity_tokens <= 0:
             raise InvalidSnapshotError(f"U_max must be positive, got {snapshot.capacity_tokens}")
         usage = self.usage(snapshot)
-        level = context_level(usage, snapshot.capacity_tokens, self.levels.count, cfg.alpha)
+        working = self.working_usage(snapshot)
+        level = context_level(working, snapshot.capacity_tokens, self.levels.count, cfg.alpha)
         reason = "context" if level < self.levels.count else "context-high"
         min_tput = self.min_throughput(snapshot)
-        boost = cfg.slo_boost and min_tput is not None and min_tput < cfg.slo_tok_s
+        boost_tput = self.boost_throughput(snapshot) if cfg.slo_boost else None
+        boost = boost_tput is not None and boost_tput < cfg.slo_tok_s
         if boost:
             level = self.levels.count
             reason = "slo-boost"

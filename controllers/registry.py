@@ -1,6 +1,8 @@
 """Build a per-instance controller from its operator-facing policy name.
 
-Names: ``kairos``, ``kairos-no-ta`` (thrashing avoidance off, for Fig. 10–11),
+Names: ``kairos`` (activity-aware clock, docs/control-law.md point 6),
+``kairos-paper`` (the paper-exact Algorithm 1), ``kairos-no-ta`` (thrashing
+avoidance off, for Fig. 10–11),
 ``predictive`` (online-model DVFS, ``docs/beyond.md``),
 ``no-control``, ``fixed:MHZ``. Later policies register here too, so the daemon,
 the simulator and reports accept the same names.
@@ -21,7 +23,7 @@ from controllers.predictive import PredictiveConfig, PredictiveController
 from controllers.types import Controller
 
 PLACEMENT_NAMES = ("consolidating", "round-robin", "least-context", "confident")
-POLICY_NAMES = ("kairos", "kairos-no-ta", "predictive", "no-control", "fixed:MHZ")
+POLICY_NAMES = ("kairos", "kairos-paper", "kairos-no-ta", "predictive", "no-control", "fixed:MHZ")
 
 
 def levels_for(
@@ -45,6 +47,17 @@ def levels_for(
     )
 
 
+def kairos_config_for(name: str, kairos: KairosConfig | None = None) -> KairosConfig:
+    """The KAIROS constants policy ``name`` runs with (the router's admission rule
+    for that deployment uses the same)."""
+    cfg = kairos or KairosConfig()
+    if name == "kairos-paper":
+        return dataclasses.replace(cfg, activity_aware=False, boost_reachable_only=False)
+    if name == "kairos-no-ta":
+        return dataclasses.replace(cfg, thrashing_avoidance=False)
+    return cfg
+
+
 def make_controller(
     name: str,
     levels: FrequencyLevels,
@@ -53,12 +66,10 @@ def make_controller(
 ) -> Controller:
     """Return the controller named ``name`` over ``levels`` (``predictive`` only
     configures the ``predictive`` policy)."""
-    cfg = kairos or KairosConfig()
-    if name == "kairos":
-        return KairosController(levels, cfg)
-    if name == "kairos-no-ta":
-        ctrl = KairosController(levels, dataclasses.replace(cfg, thrashing_avoidance=False))
-        ctrl.name = "kairos-no-ta"
+    cfg = kairos_config_for(name, kairos)
+    if name in ("kairos", "kairos-paper", "kairos-no-ta"):
+        ctrl = KairosController(levels, cfg)
+        ctrl.name = name
         return ctrl
     if name == "predictive":
         return PredictiveController(levels, cfg, predictive)

@@ -36,6 +36,10 @@ class AgentView:
     ``decode_tokens`` and ``llm_time_s`` are the sums of Eq. 3/10 over completed
     requests: generated tokens and request latency (arrival at the router to last
     byte, including time held pending; tool time excluded).
+
+    ``in_flight`` and ``last_active_s`` tell whether the agent is working or
+    sitting in a tool call / think gap; an activity-aware clock counts only the
+    contexts of working agents (docs/control-law.md, point 6).
     """
 
     agent_id: str
@@ -46,6 +50,10 @@ class AgentView:
     llm_time_s: float = 0.0
     completed_steps: int = 0
     waiting_since_s: float | None = None
+    in_flight: bool = False
+    """A request of this agent is being served (or held) right now."""
+    last_active_s: float | None = None
+    """When its latest request ended (None: unknown, counted as active)."""
 
     @property
     def throughput_tok_s(self) -> float | None:

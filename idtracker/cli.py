@@ -11,6 +11,16 @@ import typer
 from idtracker import config as config_mod
 from idtracker.errors import ConfigurationError, IdTrackerError, RegistrationError
 from idtracker.supervisor import SignalGate
+from kairos_common.cli import (
+    CONTEXT_SETTINGS,
+    LogJsonOpt,
+    VersionOpt,
+    check_log_level,
+    check_slo,
+    make_app,
+    run_app,
+)
+from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 
 # Nothing imported above may start a thread: signals are blocked per thread, and a
@@ -29,14 +39,11 @@ HELP = (
     "configuration, 126/127 CMD not executable / not found. See docs/idtracker.md."
 )
 
-app = typer.Typer(
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"allow_interspersed_args": False, "help_option_names": ["-h", "--help"]},
-)
+app = make_app()
+PROG = "id-tracker"
 
 
-@app.command(help=HELP, no_args_is_help=True)
+@app.command(help=HELP, context_settings={**CONTEXT_SETTINGS, "allow_interspersed_args": False})
 def run(
     cmd: Annotated[
         list[str],
@@ -80,8 +87,8 @@ def run(
         str | None,
         typer.Option(
             "--control-token",
-            help="Bearer token for the router's control API. Visible in `ps`: prefer "
-            "KAIROS_CONTROL_TOKEN or --control-token-file.",
+            help="Lifecycle credential for the router's control API. Visible in `ps`: "
+            "prefer KAIROS_CONTROL_TOKEN or --control-token-file. Never passed to CMD.",
             show_default=False,
         ),
     ] = None,
@@ -89,8 +96,9 @@ def run(
         Path | None,
         typer.Option(
             "--control-token-file",
-            help="File holding the control token (env KAIROS_CONTROL_TOKEN_FILE); exported "
-            "to CMD so nested id-trackers find it.",
+            help="File holding the lifecycle (or admin) credential (env "
+            "KAIROS_CONTROL_TOKEN_FILE). Default: the credential a local router published. "
+            "Never passed to CMD.",
             show_default=False,
         ),
     ] = None,
@@ -138,17 +146,22 @@ def run(
             show_default=False,
         ),
     ] = None,
+    log_json: LogJsonOpt = None,
+    version: VersionOpt = False,
 ) -> None:
     """Launch CMD under a new agent identity."""
     gate = SignalGate()
     gate.block()  # first: threads started from here on inherit the blocked mask
     from idtracker.launch import LaunchRequest, launch  # see the note at the imports
 
-    configure_logging(log_level or "warning")
+    configure_logging(log_level or "warning", log_json)
     log = structlog.get_logger()
     try:
-        if slo is not None and not slo > 0:
-            raise ConfigurationError(f"--slo must be a positive number of tokens/s, got {slo}")
+        try:
+            check_slo(slo)
+            check_log_level(log_level)
+        except ConfigError as exc:
+            raise ConfigurationError(str(exc)) from None
         cfg = config_mod.load(
             path=config,
             overrides={
@@ -162,7 +175,7 @@ def run(
                 "log_level": log_level,
             },
         )
-        configure_logging(cfg.log_level)
+        configure_logging(cfg.log_level, log_json)
         req = LaunchRequest(
             cmd=list(cmd),
             router_url=config_mod.normalise_router_url(cfg.router_url),
@@ -170,9 +183,6 @@ def run(
             slo_tok_s=slo,
             fail_open=cfg.fail_open,
             control_token=config_mod.resolve_control_token(cfg),
-            export_control_token_file=(
-                str(control_token_file.expanduser().resolve()) if control_token_file else None
-            ),
             start_timeout_s=cfg.start_timeout_s,
             end_timeout_s=cfg.end_timeout_s,
             request_timeout_s=cfg.request_timeout_s,
@@ -188,5 +198,6 @@ def run(
     raise typer.Exit(code)
 
 
-def main() -> None:
-    app(prog_name="id-tracker")
+def main(argv: list[str] | None = None) -> None:
+    """Entry point ``id-tracker``: one error-reporting path (kairos_common.cli.run_app)."""
+    run_app(app, PROG, argv)

@@ -15,7 +15,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from idtracker.errors import ConfigurationError
+from kairos_common.cli import check_log_level
 from kairos_common.config import load_config
+from kairos_common.credentials import LIFECYCLE_FILE, discover_credential
 from kairos_common.errors import ConfigError
 
 ENV_PREFIX = "KAIROS"
@@ -43,6 +45,7 @@ class IdTrackerConfig:
                 raise ConfigError(f"{name} must not be negative")
         if self.request_timeout_s == 0:
             raise ConfigError("request_timeout_s must be positive")
+        check_log_level(self.log_level, "log_level")
 
 
 def normalise_router_url(url: str) -> str:
@@ -102,12 +105,13 @@ def load(
     return cfg
 
 
-def resolve_control_token(cfg: IdTrackerConfig) -> str | None:
-    """The control token: the literal value wins over the file; blank means none."""
+def resolve_control_token(cfg: IdTrackerConfig, env: Mapping[str, str] | None = None) -> str | None:
+    """The lifecycle credential: the literal value, else the file, else the one a
+    local router published (:mod:`kairos_common.credentials`); None if none."""
     if cfg.control_token:
         return cfg.control_token.strip() or None
     if cfg.control_token_file is None:
-        return None
+        return discover_credential(cfg.router_url, LIFECYCLE_FILE, env)
     path = cfg.control_token_file.expanduser()
     try:
         token = path.read_text(encoding="utf-8").strip()

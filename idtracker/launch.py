@@ -41,7 +41,6 @@ class LaunchRequest:
     slo_tok_s: float | None = None
     fail_open: bool = False
     control_token: str | None = None
-    export_control_token_file: str | None = None
     start_timeout_s: float = 5.0
     end_timeout_s: float = 15.0
     request_timeout_s: float = 2.0
@@ -89,7 +88,6 @@ def launch(
         agent_id=agent_id,
         token=started.token,
         keys=keys,
-        control_token_file=req.export_control_token_file,
     )
     early = gate.wait(0.0, STOP_SIGNALS)  # asked to stop during registration: never start
     if early is not None:

@@ -1,28 +1,38 @@
 """``kairos`` command line: ``kairos sim``, ``kairos report`` and friends.
 
 Each subcommand lives with the package it belongs to and registers itself here,
-so this module stays a thin index.
+so this module stays a thin index. Errors go through the shared path
+(:func:`kairos_common.cli.run_app`): one line, exit 2 for bad input.
 """
 
 from __future__ import annotations
 
 import typer
 
+from kairos_common.cli import VersionOpt, make_app, run_app
 from reporting.cli import register as register_report
 from simulator.cli import register as register_sim
 from simulator.fakevllm_cli import register as register_fake_vllm
 
+PROG = "kairos"
+
 
 def build_app() -> typer.Typer:
-    app = typer.Typer(
-        help="Kairos tools: simulate policies, summarise power reports, run a fake vLLM.",
+    app = make_app(
+        "Kairos tools: simulate policies, summarise power reports, run a fake vLLM.",
         no_args_is_help=True,
     )
+
+    @app.callback()
+    def _root(version: VersionOpt = False) -> None:
+        """Kairos tools: simulate policies, summarise power reports, run a fake vLLM."""
+
     register_sim(app)
     register_report(app)
     register_fake_vllm(app)
     return app
 
 
-def main() -> None:
-    build_app()()
+def main(argv: list[str] | None = None) -> None:
+    """Entry point ``kairos``."""
+    run_app(build_app(), PROG, argv)

@@ -10,6 +10,7 @@ unknown keys, so a typo in a config file is an error, not a silent default.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
 import tomllib
 import types
@@ -86,17 +87,61 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported config type {inner!r}")
 
 
+def _unknown(names: list[str], known: list[str], what: str) -> ConfigError:
+    """The error for misspelt keys, with the closest known name for each."""
+    parts = []
+    for name in names:
+        close = difflib.get_close_matches(name, known, n=1)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return ConfigError(f"{what}: unknown key(s) {', '.join(parts)}")
+
+
+def _sub_schema(cls: type, name: str) -> type | None:
+    tp, _ = _unwrap_optional(typing.get_type_hints(cls)[name])
+    return tp if dataclasses.is_dataclass(tp) and isinstance(tp, type) else None
+
+
+def _check_keys(cls: type, data: Mapping[str, Any], what: str, section: str = "") -> None:
+    """Reject keys ``cls`` does not have, naming their source (a file, the env)."""
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(k for k in data if k not in known)
+    if unknown:
+        where = f"{what} [{section}]" if section else what
+        raise _unknown(unknown, known, where)
+    for key, value in data.items():
+        sub = _sub_schema(cls, key)
+        if sub is not None and isinstance(value, Mapping):
+            _check_keys(sub, value, what, f"{section}.{key}" if section else key)
+
+
+def _env_names(cls: type, prefix: str) -> list[str]:
+    """Every environment variable the schema reads (``PREFIX_FIELD``, ``PREFIX_SEC__FIELD``)."""
+    names = []
+    for f in dataclasses.fields(cls):
+        sub = _sub_schema(cls, f.name)
+        key = f"{prefix}_{f.name.upper()}"
+        names.extend(_env_names(sub, f"{key}_") if sub is not None else [key])
+    return names
+
+
+def _check_env(cls: type, prefix: str, env: Mapping[str, str]) -> None:
+    known = _env_names(cls, prefix)
+    unknown = sorted(k for k in env if k.startswith(f"{prefix}_") and k not in known)
+    if unknown:
+        raise _unknown(unknown, known, "environment")
+
+
 def _build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
     hints = typing.get_type_hints(cls)
-    known = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - known)
+    known = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    unknown = sorted(set(data) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)}")
+        raise _unknown(unknown, known, where or "config")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}" if where else k) for k, v in data.items()}
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{where or cls.__name__}: {exc}") from exc
+        raise ConfigError(f"{where}: {exc}" if where else str(exc)) from exc
 
 
 def _env_layer(cls: type, prefix: str, env: Mapping[str, str]) -> dict[str, Any]:
@@ -131,6 +176,12 @@ def read_toml(path: Path) -> dict[str, Any]:
             return tomllib.load(fh)
     except FileNotFoundError:
         raise ConfigError(f"config file {path} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {path} is a directory, expected a TOML file") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {path} is not a TOML text file (binary content)") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
 
@@ -142,15 +193,24 @@ def load_config(
     env_prefix: str,
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
+    strict_env: bool = False,
 ) -> T:
     """Build ``cls`` from defaults, ``path``, the environment and ``overrides``.
 
-    ``overrides`` with value ``None`` are ignored (an unset CLI flag).
+    ``overrides`` with value ``None`` are ignored (an unset CLI flag). With
+    ``strict_env`` a variable that starts with ``<env_prefix>_`` but names no
+    key (``KAIROSD_POLCY``) is an error, like a misspelt key in the file; only
+    for prefixes no other program shares (``KAIROS_ROUTER_URL`` is id-tracker's).
     """
     layers: dict[str, Any] = {}
+    environ = os.environ if env is None else env
     if path is not None:
-        layers = _merge(layers, read_toml(path))
-    layers = _merge(layers, _env_layer(cls, env_prefix, os.environ if env is None else env))
+        data = read_toml(path)
+        _check_keys(cls, data, f"config file {path}")
+        layers = _merge(layers, data)
+    if strict_env:
+        _check_env(cls, env_prefix, environ)
+    layers = _merge(layers, _env_layer(cls, env_prefix, environ))
     if overrides:
         layers = _merge(layers, {k: v for k, v in overrides.items() if v is not None})
     return _build(cls, layers, "")

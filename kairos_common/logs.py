@@ -78,8 +78,9 @@ def configure_logging(level: str = "info", json: bool | None = None) -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            redact_secrets,
+            # Tracebacks are rendered to text first, so redaction covers them too.
             structlog.processors.format_exc_info,
+            redact_secrets,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),

@@ -21,6 +21,7 @@ Facts it relies on (vLLM 0.33, V1 engine; SPEC §6):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -32,10 +33,22 @@ from kairos_common.errors import KairosCommonError
 _PREFIX = "vllm:"
 _CACHE_INFO = "vllm:cache_config_info"
 _USAGE_NAMES = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
+_READ = frozenset(
+    {
+        *_USAGE_NAMES,
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:num_preemptions_total",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+    }
+)
+_MAX_LABEL = 1e15
 
 
 class MetricsParseError(KairosCommonError, ValueError):
-    """The text is not valid Prometheus exposition format."""
+    """The text is not valid Prometheus exposition format, or a value the
+    controllers read is not a finite number (NaN/±Inf: bad input)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +81,18 @@ class VllmMetrics:
 def _samples(text: str) -> list[Sample]:
     try:
         return [s for fam in text_string_to_metric_families(text) for s in fam.samples]
-    except (ValueError, TypeError, IndexError) as exc:
+    except (ValueError, TypeError, IndexError, ArithmeticError) as exc:
         raise MetricsParseError(f"malformed Prometheus text: {exc}") from exc
+
+
+def _check_finite(samples: Iterable[Sample]) -> None:
+    """NaN/±Inf in a series the controllers read is bad input, not a number to use.
+
+    (Histogram ``+Inf`` *bucket labels* are fine; only sample values are checked.)
+    """
+    for s in samples:
+        if s.name in _READ and not math.isfinite(s.value):
+            raise MetricsParseError(f"non-finite value {s.value} for {s.name}")
 
 
 def _engine_key(sample: Sample) -> str:
@@ -82,15 +105,24 @@ def _capacity_of(sample: Sample) -> tuple[int, str] | None:
     raw = labels.get("kv_cache_size_tokens")
     if raw not in (None, "", "None"):
         try:
-            return int(float(raw)), "kv_cache_size_tokens"
+            return _label_int(raw), "kv_cache_size_tokens"
         except ValueError:
             pass
     try:
-        blocks = int(float(labels["num_gpu_blocks"]))
-        block_size = int(float(labels["block_size"]))
+        blocks = _label_int(labels["num_gpu_blocks"])
+        block_size = _label_int(labels["block_size"])
     except (KeyError, ValueError):
         return None
     return blocks * block_size, "num_gpu_blocks*block_size"
+
+
+def _label_int(raw: str) -> int:
+    """A non-negative integer label (``"4096"`` or ``"4096.0"``); ValueError otherwise,
+    including for ``nan``/``inf`` and absurd sizes."""
+    value = float(raw)
+    if not math.isfinite(value) or not 0 <= value <= _MAX_LABEL:
+        raise ValueError(f"label value {raw!r} out of range")
+    return int(value)
 
 
 def _sum(samples: Iterable[Sample], name: str) -> int | None:
@@ -103,6 +135,7 @@ def parse_vllm_metrics(text: str) -> VllmMetrics:
     samples = [s for s in _samples(text) if s.name.startswith(_PREFIX)]
     if not samples:
         return VllmMetrics(metrics_enabled=False)
+    _check_finite(samples)
 
     capacities: dict[str, tuple[int, str]] = {}
     for s in samples:

@@ -28,6 +28,7 @@ never admit twice.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,8 +39,35 @@ API_PREFIX = "/kairos/v1"
 WIRE_VERSION = 1
 
 
-def _get(obj: dict[str, Any], key: str, kind: type, default: Any = ...) -> Any:
-    """Typed field access that raises :class:`WireFormatError` instead of KeyError."""
+# Bounds for numbers that cross the wire (SPEC §9: finite, bounded). Generous for
+# any real deployment; what they stop is 1e300, -1, NaN and 10**400.
+MAX_TOKENS = 10**12
+MAX_MHZ = 100_000
+MAX_UNIX_S = 4.0e9  # the year 2096
+MAX_DURATION_S = 1.0e9
+MAX_RATE = 1.0e9
+MAX_POWER_W = 1.0e6
+MAX_COUNT = 2**53
+MAX_STRING = 4096
+MAX_LIST = 1_000_000
+MAX_VALID_FOR_S = 3600.0
+"""A decision older than an hour is stale whatever it claimed (1e300 s deferred forever)."""
+
+
+def _get(
+    obj: dict[str, Any],
+    key: str,
+    kind: type,
+    default: Any = ...,
+    *,
+    lo: float | None = None,
+    hi: float | None = None,
+) -> Any:
+    """Typed field access that raises :class:`WireFormatError` instead of KeyError.
+
+    Numbers must be finite and, when given, within ``[lo, hi]``; strings and lists
+    are bounded in length, so no field can carry 1e300, NaN or a 100 MB string.
+    """
     if not isinstance(obj, dict):
         raise WireFormatError("expected a JSON object")
     value = obj.get(key)
@@ -48,10 +76,30 @@ def _get(obj: dict[str, Any], key: str, kind: type, default: Any = ...) -> Any:
             raise WireFormatError(f"missing field {key!r}")
         return default
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        if abs(value) > MAX_COUNT:
+            raise WireFormatError(f"field {key!r} is out of range")
         value = float(value)
     if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
         raise WireFormatError(f"field {key!r} must be of type {kind.__name__}")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value):
+            raise WireFormatError(f"field {key!r} must be a finite number")
+        low = -MAX_COUNT if lo is None else lo
+        high = MAX_COUNT if hi is None else hi
+        if not low <= value <= high:
+            raise WireFormatError(f"field {key!r} must be within [{low:g}, {high:g}]")
+    if isinstance(value, str) and len(value) > MAX_STRING:
+        raise WireFormatError(f"field {key!r} is longer than {MAX_STRING} characters")
+    if isinstance(value, list) and len(value) > MAX_LIST:
+        raise WireFormatError(f"field {key!r} has more than {MAX_LIST} items")
     return value
+
+
+def _finite(value: Any, limit: float) -> bool:
+    """A JSON number (not a bool) that is finite and within ``±limit``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return abs(value) <= limit and (isinstance(value, int) or math.isfinite(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +119,8 @@ class AgentStart:
         return cls(
             name=_get(obj, "name", str, None),
             parent_id=_get(obj, "parent_id", str, None),
-            slo_tok_s=_get(obj, "slo_tok_s", float, None),
-            pid=_get(obj, "pid", int, None),
+            slo_tok_s=_get(obj, "slo_tok_s", float, None, lo=1e-9, hi=MAX_RATE),
+            pid=_get(obj, "pid", int, None, lo=0, hi=2**31),
         )
 
 
@@ -92,7 +140,7 @@ class AgentStarted:
         return cls(
             agent_id=_get(obj, "agent_id", str),
             token=_get(obj, "token", str),
-            idle_expiry_s=_get(obj, "idle_expiry_s", float),
+            idle_expiry_s=_get(obj, "idle_expiry_s", float, lo=0, hi=MAX_DURATION_S),
         )
 
 
@@ -113,8 +161,8 @@ class AgentEnd:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentEnd:
         return cls(
-            exit_code=_get(obj, "exit_code", int),
-            signal=_get(obj, "signal", int, None),
+            exit_code=_get(obj, "exit_code", int, lo=-(2**31), hi=2**31),
+            signal=_get(obj, "signal", int, None, lo=0, hi=1024),
             reason=_get(obj, "reason", str, "exit"),
         )
 
@@ -127,12 +175,16 @@ def agent_from_json(obj: dict[str, Any]) -> AgentView:
     return AgentView(
         agent_id=_get(obj, "agent_id", str),
         arrival_s=_get(obj, "arrival_s", float),
-        context_tokens=_get(obj, "context_tokens", int, None),
-        estimated_context_tokens=_get(obj, "estimated_context_tokens", int, None),
-        decode_tokens=_get(obj, "decode_tokens", int, 0),
-        llm_time_s=_get(obj, "llm_time_s", float, 0.0),
-        completed_steps=_get(obj, "completed_steps", int, 0),
+        context_tokens=_get(obj, "context_tokens", int, None, lo=0, hi=MAX_TOKENS),
+        estimated_context_tokens=_get(
+            obj, "estimated_context_tokens", int, None, lo=0, hi=MAX_TOKENS
+        ),
+        decode_tokens=_get(obj, "decode_tokens", int, 0, lo=0, hi=MAX_TOKENS),
+        llm_time_s=_get(obj, "llm_time_s", float, 0.0, lo=0, hi=MAX_DURATION_S),
+        completed_steps=_get(obj, "completed_steps", int, 0, lo=0),
         waiting_since_s=_get(obj, "waiting_since_s", float, None),
+        in_flight=_get(obj, "in_flight", bool, False),
+        last_active_s=_get(obj, "last_active_s", float, None),
     )
 
 
@@ -144,14 +196,14 @@ def observation_from_json(obj: dict[str, Any]) -> RequestObservation:
     """``clock_mhz`` 0 means the router did not know it (the daemon fills it in)."""
     return RequestObservation(
         t_s=_get(obj, "t_s", float),
-        prompt_tokens=_get(obj, "prompt_tokens", int, 0),
-        cached_tokens=_get(obj, "cached_tokens", int, 0),
-        completion_tokens=_get(obj, "completion_tokens", int, 0),
-        ttft_s=_get(obj, "ttft_s", float, 0.0),
-        decode_s_per_token=_get(obj, "decode_s_per_token", float, 0.0),
-        running=_get(obj, "running", int, 0),
-        active_context_tokens=_get(obj, "active_context_tokens", int, 0),
-        clock_mhz=_get(obj, "clock_mhz", int, 0),
+        prompt_tokens=_get(obj, "prompt_tokens", int, 0, lo=0, hi=MAX_TOKENS),
+        cached_tokens=_get(obj, "cached_tokens", int, 0, lo=0, hi=MAX_TOKENS),
+        completion_tokens=_get(obj, "completion_tokens", int, 0, lo=0, hi=MAX_TOKENS),
+        ttft_s=_get(obj, "ttft_s", float, 0.0, lo=0, hi=MAX_DURATION_S),
+        decode_s_per_token=_get(obj, "decode_s_per_token", float, 0.0, lo=0, hi=MAX_DURATION_S),
+        running=_get(obj, "running", int, 0, lo=0, hi=MAX_TOKENS),
+        active_context_tokens=_get(obj, "active_context_tokens", int, 0, lo=0, hi=MAX_TOKENS),
+        clock_mhz=_get(obj, "clock_mhz", int, 0, lo=0, hi=MAX_MHZ),
     )
 
 
@@ -199,7 +251,7 @@ class InstanceState:
             now_s=_get(obj, "now_s", float),
             ongoing=tuple(agent_from_json(a) for a in ongoing),
             pending=tuple(agent_from_json(a) for a in pending),
-            capacity_tokens=_get(obj, "capacity_tokens", int, None),
+            capacity_tokens=_get(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
             healthy=_get(obj, "healthy", bool, True),
             draining=_get(obj, "draining", bool, False),
             version=_get(obj, "version", int, WIRE_VERSION),
@@ -258,33 +310,37 @@ class AdmissionDecision:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AdmissionDecision:
         admit = _get(obj, "admit", list, [])
-        if not all(isinstance(a, str) for a in admit):
+        if not all(isinstance(a, str) and len(a) <= 256 for a in admit):
             raise WireFormatError("field 'admit' must be a list of agent ids")
         extras = _get(obj, "extras", dict, {})
-        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in extras.values()):
-            raise WireFormatError("field 'extras' must map names to numbers")
+        if len(extras) > 4096 or not all(
+            len(k) <= 256 and _finite(v, 1e12) for k, v in extras.items()
+        ):
+            raise WireFormatError("field 'extras' must map names to finite numbers")
         levels = _get(obj, "levels_mhz", list, [])
-        if not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in levels):
+        if len(levels) > 4096 or not all(
+            isinstance(c, int) and not isinstance(c, bool) and 0 < c <= MAX_MHZ for c in levels
+        ):
             raise WireFormatError("field 'levels_mhz' must be a list of positive MHz integers")
         return cls(
             instance=_get(obj, "instance", str),
             daemon_id=_get(obj, "daemon_id", str),
-            daemon_start_unix_s=_get(obj, "daemon_start_unix_s", float),
-            epoch=_get(obj, "epoch", int),
+            daemon_start_unix_s=_get(obj, "daemon_start_unix_s", float, lo=0, hi=MAX_UNIX_S),
+            epoch=_get(obj, "epoch", int, lo=0),
             admit=tuple(admit),
             defer_admissions=_get(obj, "defer_admissions", bool, False),
-            capacity_tokens=_get(obj, "capacity_tokens", int, None),
-            clock_mhz=_get(obj, "clock_mhz", int, None),
+            capacity_tokens=_get(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
+            clock_mhz=_get(obj, "clock_mhz", int, None, lo=1, hi=MAX_MHZ),
             boost=_get(obj, "boost", bool, False),
-            valid_for_s=_get(obj, "valid_for_s", float, 15.0),
+            valid_for_s=_get(obj, "valid_for_s", float, 15.0, lo=1e-3, hi=MAX_VALID_FOR_S),
             policy=_get(obj, "policy", str, "kairos"),
             admission_control=_get(obj, "admission_control", bool, True),
             extras={str(k): float(v) for k, v in extras.items()},
             version=_get(obj, "version", int, WIRE_VERSION),
             levels_mhz=tuple(sorted(set(levels))),
-            measured_power_w=_get(obj, "measured_power_w", float, None),
-            measured_clock_mhz=_get(obj, "measured_clock_mhz", int, None),
-            min_throughput_tok_s=_get(obj, "min_throughput_tok_s", float, None),
+            measured_power_w=_get(obj, "measured_power_w", float, None, lo=0, hi=MAX_POWER_W),
+            measured_clock_mhz=_get(obj, "measured_clock_mhz", int, None, lo=0, hi=MAX_MHZ),
+            min_throughput_tok_s=_get(obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE),
         )
 
 
@@ -321,6 +377,6 @@ class DecisionAck:
             accepted=_get(obj, "accepted", bool),
             admitted=tuple(_get(obj, "admitted", list, [])),
             reason=_get(obj, "reason", str, ""),
-            clock_cap_mhz=_get(obj, "clock_cap_mhz", int, None),
+            clock_cap_mhz=_get(obj, "clock_cap_mhz", int, None, lo=1, hi=MAX_MHZ),
             budget_conflict=_get(obj, "budget_conflict", bool, False),
         )

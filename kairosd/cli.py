@@ -3,6 +3,8 @@
 ``kairosd run --instance NAME --vllm-url URL [--router-url URL]
 [--gpu-backend zeus|sim|observe] [--gpus 0,1] [--config FILE]`` is a stable
 contract (SPEC §4). Every flag overrides the TOML file and ``KAIROSD_*`` env.
+Errors are reported through :func:`kairos_common.cli.run_app`: one line, exit 2
+for bad input, 3/4 for GPU permission/availability, 1 for anything else.
 """
 
 from __future__ import annotations
@@ -17,6 +19,19 @@ from typing import Annotated, Any
 import aiohttp
 import typer
 
+from kairos_common.cli import (
+    LogJsonOpt,
+    LogLevelOpt,
+    VersionOpt,
+    check_can_listen,
+    check_http_url,
+    check_log_level,
+    check_slo,
+    fail,
+    make_app,
+    parse_gpus,
+    run_app,
+)
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 from kairosd.config import BACKENDS, load_daemon_config
@@ -25,23 +40,18 @@ from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.service import EXIT_CONFIG, EXIT_NO_CONTROL, EXIT_NO_GPU, serve
 from kairosd.startup import open_backend
 
-app = typer.Typer(
-    help="Kairos per-instance GPU power daemon (context-aware DVFS + admission control).",
+app = make_app(
+    "Kairos per-instance GPU power daemon (context-aware DVFS + admission control).",
     no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
 )
 
 Opt = typer.Option
+PROG = "kairosd"
 
 
-def _gpus(raw: str | None) -> tuple[int, ...] | None:
-    if raw is None:
-        return None
-    try:
-        return tuple(int(p) for p in raw.split(",") if p.strip())
-    except ValueError:
-        raise typer.BadParameter(f"--gpus takes indices like 0,1; got {raw!r}") from None
+@app.callback()
+def _root(version: VersionOpt = False) -> None:
+    """Kairos per-instance GPU power daemon (context-aware DVFS + admission control)."""
 
 
 @app.command()
@@ -118,11 +128,8 @@ def run(
     slo: Annotated[
         float | None, Opt(help="Per-agent SLO τ in decode tokens/s (kairos.slo_tok_s). Default 20.")
     ] = None,
-    log_level: Annotated[str | None, Opt(help="debug, info, warning or error.")] = None,
-    log_json: Annotated[
-        bool | None,
-        Opt("--log-json/--log-text", help="Log format (default: JSON off a TTY/under systemd)."),
-    ] = None,
+    log_level: LogLevelOpt = None,
+    log_json: LogJsonOpt = None,
 ) -> None:
     """Run the control loop for one serving instance until SIGTERM/SIGINT.
 
@@ -130,35 +137,39 @@ def run(
     (never a flag: flags are visible in ps). Exit codes: 0 stopped, 1 crashed,
     2 bad configuration, 3 control required but not permitted, 4 no usable GPU.
     """
-    overrides: dict[str, Any] = {
-        "instance": instance,
-        "vllm_url": vllm_url,
-        "router_url": router_url,
-        "gpu_backend": gpu_backend,
-        "gpus": _gpus(gpus),
-        "policy": policy,
-        "require_control": require_control,
-        "epoch_s": epoch_s,
-        "stale_epochs": stale_epochs,
-        "report_path": report,
-        "run": run_label,
-        "listen_host": listen_host,
-        "listen_port": listen_port,
-        "floor_mhz": floor_mhz,
-        "ceiling_mhz": ceiling_mhz,
-        "num_levels": num_levels,
-        "capacity_tokens": capacity_tokens,
-        "log_level": log_level,
-    }
-    if slo is not None:
-        overrides["kairos"] = {"slo_tok_s": slo}
     try:
+        check_slo(slo)
+        check_log_level(log_level)
+        overrides: dict[str, Any] = {
+            "instance": instance,
+            "vllm_url": vllm_url,
+            "router_url": router_url,
+            "gpu_backend": gpu_backend,
+            "gpus": parse_gpus(gpus),
+            "policy": policy,
+            "require_control": require_control,
+            "epoch_s": epoch_s,
+            "stale_epochs": stale_epochs,
+            "report_path": report,
+            "run": run_label,
+            "listen_host": listen_host,
+            "listen_port": listen_port,
+            "floor_mhz": floor_mhz,
+            "ceiling_mhz": ceiling_mhz,
+            "num_levels": num_levels,
+            "capacity_tokens": capacity_tokens,
+            "log_level": log_level,
+        }
+        if slo is not None:
+            overrides["kairos"] = {"slo_tok_s": slo}
         cfg = load_daemon_config(config, overrides=overrides)
         if not cfg.instance or not cfg.vllm_url:
             raise ConfigError("--instance and --vllm-url are required (flag, config or env)")
+        check_can_listen(cfg.listen_host, cfg.listen_port, "--listen-port")
+        if cfg.report_path is not None and cfg.report_path.is_dir():
+            raise ConfigError(f"--report {cfg.report_path}: a directory; expected a file path")
     except ConfigError as exc:
-        typer.echo(f"kairosd: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+        fail(PROG, str(exc), EXIT_CONFIG)
     configure_logging(cfg.log_level, log_json)
     raise typer.Exit(asyncio.run(_run(cfg)))
 
@@ -225,16 +236,24 @@ ConfigOpt = Annotated[
 
 
 def _target(
-    config: Path | None, backend: str | None, vllm_url: str | None
+    config: Path | None, backend: str | None, vllm_url: str | None, log_level: str | None
 ) -> tuple[str, str, tuple[int, ...] | None]:
-    """(backend, vllm_url, instance GPUs or None) from flags over an optional config."""
-    if config is None:
-        return backend or "zeus", vllm_url or "http://127.0.0.1:8000", None
+    """(backend, vllm_url, instance GPUs or None) from flags over an optional config.
+
+    Checked like ``run`` checks them, before any GPU is opened.
+    """
     try:
+        configure_logging(check_log_level(log_level) or "warning")
+        if config is None:
+            if backend is not None and backend not in BACKENDS:
+                raise ConfigError(
+                    f"--gpu-backend {backend!r}: expected one of {', '.join(BACKENDS)}"
+                )
+            url = check_http_url(vllm_url or "http://127.0.0.1:8000", "--vllm-url")
+            return backend or "zeus", url, None
         cfg = load_daemon_config(config, overrides={"gpu_backend": backend, "vllm_url": vllm_url})
     except ConfigError as exc:
-        typer.echo(f"kairosd: {exc}", err=True)
-        raise typer.Exit(EXIT_CONFIG) from None
+        fail(PROG, str(exc), EXIT_CONFIG)
     return cfg.gpu_backend, cfg.vllm_url or "http://127.0.0.1:8000", cfg.gpus
 
 
@@ -244,15 +263,14 @@ def gpus_cmd(
     vllm_url: VllmOpt = None,
     config: ConfigOpt = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON instead of a table.")] = False,
+    log_level: LogLevelOpt = None,
 ) -> None:
     """List GPUs: supported clocks, current clock, power, and whether control is permitted."""
-    configure_logging("warning")
-    kind, url, indices = _target(config, gpu_backend, vllm_url)
+    kind, url, indices = _target(config, gpu_backend, vllm_url, log_level)
     try:
         statuses, access = asyncio.run(_with_backend(kind, url, indices, "read"))
     except GpuError as exc:
-        typer.echo(f"kairosd: {exc}", err=True)
-        raise typer.Exit(EXIT_NO_GPU) from None
+        fail(PROG, str(exc), EXIT_NO_GPU)
     if as_json:
         rows = [{**dataclasses.asdict(s), "control": access} for s in statuses]
         typer.echo(json.dumps(rows, indent=2))
@@ -268,30 +286,38 @@ def gpus_cmd(
 
 @app.command()
 def reset(
+    gpus: Annotated[
+        str | None,
+        Opt("--gpus", help="Comma-separated GPU indices to reset, e.g. 0,1. Default: all."),
+    ] = None,
     gpu: Annotated[
-        list[int] | None, Opt("--gpu", help="GPU index to reset (repeatable). Default: all.")
+        list[int] | None, Opt("--gpu", hidden=True, help="Old spelling of --gpus (repeatable).")
     ] = None,
     gpu_backend: BackendOpt = None,
     vllm_url: VllmOpt = None,
     config: ConfigOpt = None,
+    log_level: LogLevelOpt = None,
 ) -> None:
     """Unlock GPU clocks (for systemd ExecStopPost, or after a crash).
 
-    With --config, resets that instance's GPUs; --gpu overrides; else every GPU.
+    With --config, resets that instance's GPUs; --gpus overrides; else every GPU.
     """
-    configure_logging("warning")
-    kind, url, cfg_gpus = _target(config, gpu_backend, vllm_url)
-    indices = tuple(gpu) if gpu else cfg_gpus
+    kind, url, cfg_gpus = _target(config, gpu_backend, vllm_url, log_level)
+    try:
+        raw = ",".join([*(str(g) for g in gpu or ()), *([gpus] if gpus else [])])
+        flagged = parse_gpus(raw or None, "--gpus")
+    except ConfigError as exc:
+        fail(PROG, str(exc), EXIT_CONFIG)
+    indices = flagged or cfg_gpus
     try:
         statuses, _ = asyncio.run(_with_backend(kind, url, indices, "reset"))
     except GpuPermissionError as exc:
-        typer.echo(f"kairosd: {exc}", err=True)
-        raise typer.Exit(EXIT_NO_CONTROL) from None
+        fail(PROG, str(exc), EXIT_NO_CONTROL)
     except GpuError as exc:
-        typer.echo(f"kairosd: {exc}", err=True)
-        raise typer.Exit(EXIT_NO_GPU) from None
+        fail(PROG, str(exc), EXIT_NO_GPU)
     typer.echo(f"reset clocks of GPU(s) {', '.join(str(s.index) for s in statuses)}")
 
 
-def main() -> None:
-    app(prog_name="kairosd")
+def main(argv: list[str] | None = None) -> None:
+    """Entry point ``kairosd``: one error-reporting path (kairos_common.cli.run_app)."""
+    run_app(app, PROG, argv)

@@ -17,10 +17,34 @@ from typing import Any
 from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS
 from controllers.kairos import KairosConfig
 from controllers.predictive import PredictiveConfig
+from controllers.registry import POLICY_NAMES
+from kairos_common.cli import check_http_url, check_log_level, check_port
 from kairos_common.config import load_config
+from kairos_common.credentials import daemon_file, discover_credential
 
 BACKENDS = ("zeus", "sim", "observe")
 ENV_PREFIX = "KAIROSD"
+# Input timeouts when not set: 1 s, or a fifth of a shorter epoch, so that
+# `--epoch-s 1` works without also having to pass two timeouts.
+DEFAULT_TIMEOUT_S = 1.0
+TIMEOUT_EPOCH_SHARE = 0.2
+
+
+def derived_timeout_s(epoch_s: float) -> float:
+    """The default HTTP/GPU timeout for an epoch of ``epoch_s`` seconds."""
+    return min(DEFAULT_TIMEOUT_S, TIMEOUT_EPOCH_SHARE * epoch_s)
+
+
+def check_policy(name: str) -> str:
+    """``name`` if it is a policy the controllers know, checked before any GPU is opened."""
+    if name.startswith("fixed:"):
+        raw = name.removeprefix("fixed:")
+        if not raw.isdigit() or int(raw) <= 0:
+            raise ValueError(f"policy {name!r}: expected fixed:MHZ with a positive clock in MHz")
+        return name
+    if name not in POLICY_NAMES:
+        raise ValueError(f"policy {name!r}: expected one of {', '.join(POLICY_NAMES)}")
+    return name
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,8 +65,10 @@ class KairosdConfig:
     require_control: bool = False
     epoch_s: float = 5.0
     stale_epochs: int = 3
-    http_timeout_s: float = 1.0
-    gpu_timeout_s: float = 1.0
+    http_timeout_s: float = 0.0
+    """Router and vLLM request timeout; 0 = derived, min(1 s, epoch_s / 5)."""
+    gpu_timeout_s: float = 0.0
+    """GPU reading timeout; 0 = derived, min(1 s, epoch_s / 5)."""
     floor_mhz: int | None = DEFAULT_FLOOR_MHZ
     ceiling_mhz: int | None = None
     num_levels: int | None = DEFAULT_NUM_LEVELS
@@ -62,8 +88,11 @@ class KairosdConfig:
             raise ValueError(f"gpu_backend must be one of {', '.join(BACKENDS)}")
         if self.require_control and self.gpu_backend == "observe":
             raise ValueError("require_control contradicts gpu_backend = 'observe'")
-        if self.epoch_s <= 0:
-            raise ValueError("epoch_s must be > 0")
+        if not self.epoch_s > 0:
+            raise ValueError(f"epoch_s {self.epoch_s:g}: expected a positive number of seconds")
+        for name in ("http_timeout_s", "gpu_timeout_s"):
+            if getattr(self, name) == 0:  # frozen: the one place a field is filled in
+                object.__setattr__(self, name, derived_timeout_s(self.epoch_s))
         if not 0 < self.http_timeout_s < self.epoch_s:
             raise ValueError("http_timeout_s must be > 0 and below epoch_s")
         if not 0 < self.gpu_timeout_s < self.epoch_s:
@@ -72,13 +101,19 @@ class KairosdConfig:
             raise ValueError("stale_epochs must be >= 1")
         if not self.gpus or any(g < 0 for g in self.gpus):
             raise ValueError("gpus must list at least one non-negative index")
-        if self.listen_port is not None and not 0 <= self.listen_port <= 65535:
-            raise ValueError("listen_port must be 0..65535 (0 = any free port)")
+        check_port(self.listen_port, "listen_port")
+        if self.vllm_url:
+            check_http_url(self.vllm_url, "vllm_url")
+        if self.router_url:
+            check_http_url(self.router_url, "router_url")
+        check_policy(self.policy)
+        check_log_level(self.log_level, "log_level")
         if self.capacity_tokens is not None and self.capacity_tokens <= 0:
             raise ValueError("capacity_tokens must be positive")
 
-    def resolved_router_token(self) -> str | None:
-        """The router control token: ``router_token``, else the file's first line."""
+    def resolved_router_token(self, env: Mapping[str, str] | None = None) -> str | None:
+        """This instance's daemon credential: ``router_token``, else the file's first
+        line, else the ``daemon-<instance>.token`` a local router published."""
         if self.router_token:
             return self.router_token
         if self.router_token_file is not None:
@@ -86,6 +121,8 @@ class KairosdConfig:
                 return self.router_token_file.read_text(encoding="utf-8").strip() or None
             except OSError as exc:
                 raise ValueError(f"cannot read router_token_file: {exc}") from exc
+        if self.router_url and self.instance:
+            return discover_credential(self.router_url, daemon_file(self.instance), env)
         return None
 
     @property
@@ -102,5 +139,10 @@ def load_daemon_config(
 ) -> KairosdConfig:
     """Build the config from ``path``, the environment and CLI ``overrides``."""
     return load_config(
-        KairosdConfig, path=path, env_prefix=ENV_PREFIX, env=env, overrides=overrides
+        KairosdConfig,
+        path=path,
+        env_prefix=ENV_PREFIX,
+        env=env,
+        overrides=overrides,
+        strict_env=True,
     )

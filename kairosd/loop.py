@@ -38,9 +38,10 @@ from kairos_common.vllm_metrics import VllmMetrics
 from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
 from kairosd.clock_cap import ClockCap
 from kairosd.config import KairosdConfig
-from kairosd.errors import GpuError, GpuPermissionError, InputError, KairosdError
+from kairosd.errors import GpuError, GpuPermissionError, InputError
 from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.gpu.observe import ObserveBackend
+from kairosd.gpu_reset import reset_clocks, wait_gpu_idle
 from kairosd.metrics import DaemonMetrics
 from kairosd.power_report import GpuTotals, OpenEpoch, close_epoch
 from kairosd.sdnotify import Notifier
@@ -133,21 +134,30 @@ class Daemon:
             return None
         try:
             state = await self.router.state()
-        except InputError as exc:
-            self._router_in.failed()
-            self.metrics.input_error("router")
-            log.warning("router_unavailable", error=str(exc), epochs=self._router_in.failures)
+        except Exception as exc:  # any failure is a missed input, never a dead loop
+            self._input_failed(self._router_in, "router", "router_unavailable", exc)
             return None
-        self._router_in.ok(state)
+        self._input_ok(self._router_in, "router", state)
         return state
+
+    def _input_failed(self, held: _Held[Any], name: str, event: str, exc: Exception) -> None:
+        """Count a failed read; log it once per streak (the count is in the metrics)."""
+        held.failed()
+        self.metrics.input_error(name)
+        if held.failures == 1:
+            text = str(exc) if isinstance(exc, InputError) else repr(exc)
+            log.warning(event, error=text[:300], hint="logged once until it recovers")
+
+    def _input_ok(self, held: _Held[T], name: str, value: T) -> None:
+        if held.failures:
+            log.info("input_recovered", input=name, after_epochs=held.failures)
+        held.ok(value)
 
     async def _read_vllm(self) -> VllmMetrics | None:
         try:
             scraped = await self.vllm.fetch()
-        except InputError as exc:
-            self._vllm_in.failed()
-            self.metrics.input_error("vllm")
-            log.warning("vllm_unavailable", error=str(exc), epochs=self._vllm_in.failures)
+        except Exception as exc:  # NaN in /metrics, refused, timeout: stale, not fatal
+            self._input_failed(self._vllm_in, "vllm", "vllm_unavailable", exc)
             return None
         if not scraped.metrics_enabled:
             self._vllm_in.failed()
@@ -158,13 +168,13 @@ class Daemon:
                 epochs=self._vllm_in.failures,
             )
             return None
-        self._vllm_in.ok(scraped)
+        self._input_ok(self._vllm_in, "vllm", scraped)
         return scraped
 
     async def _read_gpus(self) -> list[GpuStatus] | None:
         try:
             return await self.backend.status()
-        except GpuError as exc:
+        except (GpuError, OSError, ValueError) as exc:
             self.metrics.input_error("gpu")
             log.warning("gpu_read_failed", error=str(exc))
             return None
@@ -411,11 +421,21 @@ class Daemon:
                 await asyncio.wait_for(stop.wait(), timeout=max(deadline - now, 0.0))
 
     async def shutdown(self) -> bool:
-        """Close the last epoch and reset the clocks; True if the reset succeeded."""
+        """Reset the clocks, then write the last epoch's record; True if the reset worked.
+
+        The reset comes first so nothing after it (a full disk under the report, a
+        hung GPU read) can skip it; before it, GPU calls still in flight (a
+        ``set_locked_clock`` whose epoch was cancelled) are waited for, bounded, so
+        a late one cannot land on top of the reset.
+        """
         self.notifier.stopping()
-        gpus = await self._read_gpus()
-        self._close(self.clock(), gpus)
-        return await reset_clocks(self.backend)
+        await wait_gpu_idle(self.backend, 2 * self.config.gpu_timeout_s)
+        reset_ok = await reset_clocks(self.backend)
+        try:
+            self._close(self.clock(), await self._read_gpus())
+        except Exception as exc:  # the report is best effort; the clocks are not
+            log.error("final_epoch_record_failed", error=repr(exc)[:300])
+        return reset_ok
 
     def status_line(self) -> str:
         parts = [f"{self.config.instance}: epoch {self.epoch}"]
@@ -457,20 +477,3 @@ class Daemon:
 
 def _with_clock(decision: ControlDecision, level: int, clock_mhz: int) -> ControlDecision:
     return dataclasses.replace(decision, level=level, clock_mhz=clock_mhz)
-
-
-async def reset_clocks(backend: GpuBackend) -> bool:
-    """Best-effort clock reset used on every exit path; never raises."""
-    if not backend.controls:
-        return True
-    try:
-        await backend.reset_clocks()
-    except (KairosdError, OSError) as exc:
-        log.error(
-            "gpu_clock_reset_failed",
-            error=str(exc),
-            hint="run `kairosd reset` (systemd ExecStopPost does) to unlock the clocks",
-        )
-        return False
-    log.info("gpu_clocks_reset", backend=backend.name)
-    return True

@@ -8,6 +8,7 @@ epochs instead of blocking.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
@@ -28,19 +29,45 @@ class RouterClient:
         instance: str,
         timeout_s: float,
         token: str | None = None,
+        token_source: Callable[[], str | None] | None = None,
     ) -> None:
         base = f"{base_url.rstrip('/')}{API_PREFIX}/instances/{quote(instance, safe='')}"
         self.state_url = f"{base}/state"
         self.decision_url = f"{base}/decision"
         self._session = session
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._token_source = token_source
+        self._headers: dict[str, str] = {}
+        self._set_token(token)
+
+    def _set_token(self, token: str | None) -> None:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
+    def _refresh_token(self) -> None:
+        """Look for the credential again: a router started after the daemon (or
+        restarted with new credentials) publishes it only once it listens."""
+        if self._token_source is not None:
+            try:
+                self._set_token(self._token_source())
+            except ValueError:
+                return
+
     async def _json(self, method: str, url: str, body: dict[str, Any] | None = None) -> Any:
+        if not self._headers:
+            self._refresh_token()
         try:
             async with self._session.request(
                 method, url, json=body, headers=self._headers, timeout=self._timeout
             ) as resp:
+                if resp.status in (401, 403):
+                    why = "refused the control token" if self._headers else "wants a token"
+                    self._refresh_token()  # the next call may find a newer one
+                    raise RouterUnavailableError(
+                        f"{method} {url} answered HTTP {resp.status}: the router {why}; "
+                        "set KAIROSD_ROUTER_TOKEN or router_token_file to this instance's "
+                        "daemon credential (credentials/daemon-NAME.token in the router's "
+                        "state directory)"
+                    )
                 if resp.status != 200:
                     raise RouterUnavailableError(f"{method} {url} answered HTTP {resp.status}")
                 return await resp.json(content_type=None)

@@ -16,11 +16,13 @@ import aiohttp
 import structlog
 
 from controllers.errors import ControllerError
+from kairos_common.cli import listen_error
 from kairosd.config import KairosdConfig
 from kairosd.errors import GpuError, GpuPermissionError
 from kairosd.gpu.base import GpuBackend
+from kairosd.gpu_reset import reset_clocks
 from kairosd.health_server import HealthServer
-from kairosd.loop import Daemon, reset_clocks
+from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.router_client import RouterClient
 from kairosd.sdnotify import Notifier
@@ -91,7 +93,12 @@ async def _serve_with(
     router = None
     if config.router_url:
         router = RouterClient(
-            session, config.router_url, config.instance, config.http_timeout_s, token
+            session,
+            config.router_url,
+            config.instance,
+            config.http_timeout_s,
+            token,
+            token_source=config.resolved_router_token,
         )
     try:
         sink = JsonlWriter(config.report_path) if config.report_path else None
@@ -117,7 +124,13 @@ async def _serve_with(
         port = None
         if config.listen_port is not None:
             server = HealthServer(metrics, daemon.health, config.listen_host, config.listen_port)
-            port = await server.start()
+            try:
+                port = await server.start()
+            except OSError as exc:
+                msg = listen_error(config.listen_host, config.listen_port, exc, "--listen-port")
+                log.error("cannot_listen", error=msg)
+                server, code = None, EXIT_CONFIG
+                return code
         log.info(
             "kairosd_started",
             instance=config.instance,
@@ -138,8 +151,13 @@ async def _serve_with(
     except GpuPermissionError as exc:
         log.error("gpu_control_required_but_denied", error=str(exc))
         code = EXIT_NO_CONTROL
-    except Exception:
-        log.exception("kairosd_crashed")
+    except Exception as exc:
+        # One line in the journal; the traceback only when debugging (docs/kairosd.md).
+        log.error(
+            "kairosd_crashed",
+            error=f"{type(exc).__name__}: {exc}",
+            exc_info=config.log_level == "debug",
+        )
         code = EXIT_ERROR
     finally:
         reset_ok = await asyncio.shield(daemon.shutdown())

@@ -6,8 +6,11 @@ from __future__ import annotations
 import aiohttp
 import structlog
 
+from controllers.errors import UnknownPolicyError
 from controllers.registry import levels_for, make_controller
 from controllers.types import Controller
+from kairos_common.cli import check_fixed_clock
+from kairos_common.errors import ConfigError
 from kairosd.config import KairosdConfig
 from kairosd.errors import GpuPermissionError
 from kairosd.gpu.base import GpuBackend
@@ -63,9 +66,14 @@ async def prepare_backend(backend: GpuBackend, *, require_control: bool) -> GpuB
 
 async def build_controller(backend: GpuBackend, config: KairosdConfig) -> Controller:
     """Frequency levels from the GPU's own clock list, then the named policy."""
+    supported = await backend.supported_clocks_mhz()
+    try:
+        check_fixed_clock(config.policy, supported, f"GPU(s) {','.join(map(str, config.gpus))}")
+    except ConfigError as exc:
+        raise UnknownPolicyError(str(exc)) from None
     levels = levels_for(
         config.policy,
-        await backend.supported_clocks_mhz(),
+        supported,
         floor_mhz=config.floor_mhz,
         ceiling_mhz=config.ceiling_mhz,
         num_levels=config.num_levels,

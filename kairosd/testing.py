@@ -104,7 +104,7 @@ class FakeGpu:
 
 @dataclass
 class VllmState:
-    """What the fake's ``/metrics`` reports. ``mode``: ok, down, malformed,
+    """What the fake's ``/metrics`` reports. ``mode``: ok, down, malformed, nan,
     disabled (as with ``--disable-log-stats``) or hang (never answers)."""
 
     capacity_tokens: int = 100_000
@@ -215,6 +215,10 @@ class FakeVllm(_Served):
             return web.Response(text='vllm:kv_cache_usage_perc{engine="0" 0.5 oops\n')
         if mode == "disabled":
             return web.Response(text=_PROCESS_ONLY)
+        if mode == "nan":  # well-formed text, values no controller can use
+            lines = vllm_metrics_text(self.vllm).splitlines()
+            bad = [ln.rsplit(" ", 1)[0] + " NaN" if "usage_perc{" in ln else ln for ln in lines]
+            return web.Response(text="\n".join(bad) + "\n")
         return web.Response(text=vllm_metrics_text(self.vllm))
 
     async def _gpu_states(self, _req: web.Request) -> web.Response:

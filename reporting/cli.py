@@ -1,4 +1,10 @@
-"""``kairos report PATHS… [--json] [--plots DIR] [--slo TOK_S]``."""
+"""``kairos report PATHS… [--json] [--plots DIR] [--slo TOK_S]``.
+
+Bad input — an unreadable or binary file, a malformed line, a ``--plots`` path
+that is not a directory, an SLO that is not positive — is one line on stderr
+naming the file (``file:line`` for a record) and exit status 2, before anything
+is printed (docs/report.md).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,38 @@ from typing import Annotated
 
 import typer
 
+from kairos_common.cli import check_slo, fail
+from kairos_common.errors import ConfigError
 from reporting.records import RecordError
 from reporting.report import build_reports, group_records, load, render_table
+
+PROG = "kairos report"
+
+
+def _expand(paths: list[Path]) -> list[Path]:
+    """A directory stands for the ``*.jsonl`` files in it (``kairos report sim-out``)."""
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(path.glob("*.jsonl"))
+            if not found:
+                raise ConfigError(f"{path}: a directory with no *.jsonl files")
+            out += found
+        else:
+            out.append(path)
+    return out
+
+
+def _plots_dir(plots: Path | None) -> None:
+    """Create ``--plots`` up front, so a bad path fails before any output."""
+    if plots is None:
+        return
+    if plots.exists() and not plots.is_dir():
+        raise ConfigError(f"--plots {plots}: exists and is not a directory")
+    try:
+        plots.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--plots {plots}: cannot create: {exc.strerror or exc}") from None
 
 
 def register(app: typer.Typer) -> None:
@@ -18,8 +54,9 @@ def register(app: typer.Typer) -> None:
         paths: Annotated[
             list[Path],
             typer.Argument(
+                metavar="PATH",
                 help="JSONL files: kairosd power reports, router agent records, simulator "
-                "output (any mix; grouped by run and policy).",
+                "output (any mix; grouped by run and policy). A directory means its *.jsonl.",
                 show_default=False,
             ),
         ],
@@ -48,13 +85,13 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Summarise daemon / router / simulator records into the paper's metrics."""
         try:
-            records = load(paths)
-        except (RecordError, OSError) as exc:
-            typer.echo(f"kairos report: {exc}", err=True)
-            raise typer.Exit(2) from None
+            check_slo(slo)
+            _plots_dir(plots)
+            records = load(_expand(paths))
+        except (ConfigError, RecordError) as exc:
+            fail(PROG, str(exc))
         if not records:
-            typer.echo("kairos report: no records in the given files", err=True)
-            raise typer.Exit(2)
+            fail(PROG, "no records in the given files")
         reports = build_reports(records, slo)
         if as_json:
             objs = [r.to_json() for r in reports]
@@ -64,5 +101,9 @@ def register(app: typer.Typer) -> None:
         if plots is not None:
             from reporting.plots import write_plots
 
-            for path in write_plots(group_records(records), plots):
+            try:
+                written = write_plots(group_records(records), plots)
+            except OSError as exc:
+                fail(PROG, f"--plots {plots}: cannot write: {exc.strerror or exc}")
+            for path in written:
                 typer.echo(f"wrote {path}", err=True)

@@ -4,18 +4,17 @@ global pyplot state and no display are needed."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from reporting.records import file_slug
 from reporting.report import Group
 
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "run"
+# Legends beside the axes, never over the curves they explain.
+LEGEND_OUTSIDE = {"fontsize": "small", "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 
 
 def plot_group(group: Group, path: Path) -> Path | None:
@@ -46,7 +45,7 @@ def plot_group(group: Group, path: Path) -> Path | None:
     ax_u.set_xlabel("time (s)")
     for ax in (ax_p, ax_f, ax_u):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="small", loc="upper right")
+        ax.legend(**LEGEND_OUTSIDE)
     title = f"policy {group.policy}" + (f", run {group.run}" if group.run else "")
     fig.suptitle(title)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -55,10 +54,15 @@ def plot_group(group: Group, path: Path) -> Path | None:
 
 
 def write_plots(groups: Sequence[Group], out_dir: Path) -> list[Path]:
-    """One PNG per group with epochs, named after policy and run."""
+    """One PNG per group with epochs: ``<policy>.png`` as ``kairos sim`` names it
+    (``fixed-810.png``), with ``-<run>`` added only when a policy has several runs."""
     written: list[Path] = []
+    policies = [g.policy for g in groups if g.epochs]
     for g in groups:
-        name = _slug(g.policy) + (f"-{_slug(g.run)}" if g.run else "") + ".png"
+        name = file_slug(g.policy)
+        if policies.count(g.policy) > 1 and g.run:
+            name += f"-{file_slug(g.run)}"
+        name += ".png"
         out = plot_group(g, out_dir / name)
         if out is not None:
             written.append(out)

@@ -16,8 +16,9 @@ writer's clock (Unix time for real components, virtual seconds for the simulator
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -114,39 +115,92 @@ def to_json_line(record: Record) -> str:
     return json.dumps(asdict(record), separators=(",", ":"), allow_nan=False)
 
 
+_SCALARS = ("float", "int", "str", "bool", "None")
+
+
+def _is(kind: str, value: Any) -> bool:
+    """Whether a JSON ``value`` can stand for the annotated scalar ``kind``."""
+    if kind == "None":
+        return value is None
+    if kind == "bool" or isinstance(value, bool):
+        return kind == "bool" and isinstance(value, bool)
+    types: dict[str, tuple[type, ...]] = {"float": (int, float), "int": (int,), "str": (str,)}
+    return isinstance(value, types[kind])
+
+
+def _bad_fields(cls: type[Any], data: dict[str, Any]) -> list[str]:
+    """Fields whose JSON value cannot be the annotated scalar type (``"x"`` for a float),
+    so a bad record is named at its line instead of failing later in the metrics."""
+    bad = []
+    for f in fields(cls):
+        kinds = [k.strip() for k in str(f.type).split("|")]
+        checked = f.name in data and all(k in _SCALARS for k in kinds)
+        if checked and not any(_is(k, data[f.name]) for k in kinds):
+            bad.append(f"{f.name}={data[f.name]!r} (expected {f.type})")
+    return bad
+
+
 def _from_obj(obj: dict[str, Any]) -> Record:
     kind = obj.get("kind")
     cls = _KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
-        raise RecordError(f"unknown record kind {kind!r}")
+        raise RecordError(f"unknown record kind {kind!r}; expected one of {', '.join(_KINDS)}")
     names = {f.name for f in fields(cls)}
     data = {k: v for k, v in obj.items() if k in names}
+    required = [
+        f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+    ]
+    missing = [name for name in required if name not in data]
+    if missing:
+        raise RecordError(f"{kind} record: missing field(s) {', '.join(missing)}")
+    bad = _bad_fields(cls, data)
+    if bad:
+        raise RecordError(f"{kind} record: bad value(s) {', '.join(bad)}")
     for key in ("gpus", "instances"):
         if key in data and isinstance(data[key], list):
             data[key] = tuple(data[key])
     try:
         return cls(**data)  # type: ignore[no-any-return]
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise RecordError(f"{kind} record: {exc}") from exc
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """Numbered lines of a JSONL text file; a binary file (a PNG picked up by a glob)
+    or an unreadable one is one :class:`RecordError` naming the file."""
+    try:
+        with path.open(encoding="utf-8") as fh:
+            yield from enumerate(fh, start=1)
+    except UnicodeDecodeError:
+        raise RecordError(
+            f"{path}: not a JSONL text file (binary content); pass the .jsonl files"
+        ) from None
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def read_records(paths: Iterable[Path]) -> Iterator[Record]:
     """Yield every record in the JSONL files ``paths`` (blank lines skipped)."""
     for path in paths:
-        with path.open(encoding="utf-8") as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise RecordError(f"{path}:{lineno}: not JSON: {exc.msg}") from exc
-                if not isinstance(obj, dict):
-                    raise RecordError(f"{path}:{lineno}: expected a JSON object")
-                try:
-                    yield _from_obj(obj)
-                except RecordError as exc:
-                    raise RecordError(f"{path}:{lineno}: {exc}") from exc
+        for lineno, line in _lines(path):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise RecordError(f"{path}:{lineno}: not JSON: {exc.msg}") from exc
+            if not isinstance(obj, dict):
+                raise RecordError(f"{path}:{lineno}: expected a JSON object")
+            try:
+                yield _from_obj(obj)
+            except RecordError as exc:
+                raise RecordError(f"{path}:{lineno}: {exc}") from exc
+
+
+def file_slug(text: str) -> str:
+    """A file-name-safe form of a policy or run label (``fixed:810`` → ``fixed-810``):
+    the one rule ``kairos sim`` and ``kairos report --plots`` both name files by."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "run"
 
 
 class JsonlWriter:

@@ -18,15 +18,18 @@ from __future__ import annotations
 from aiohttp import web
 
 from kairos_common.wire import API_PREFIX
-from router.auth import check_control_auth
+from router.auth import ControlAuth, Role
 from router.control_api import read_json_object
 from router.core import RouterCore
 from router.errors import BadRequestError
 
 
 class AdminApi:
-    def __init__(self, core: RouterCore) -> None:
+    """Admin-credential-only handlers (``--control-token-file`` or ``admin.token``)."""
+
+    def __init__(self, core: RouterCore, auth: ControlAuth) -> None:
         self.core = core
+        self.auth = auth
 
     def routes(self) -> list[web.RouteDef]:
         p = f"{API_PREFIX}/admin/instances"
@@ -37,21 +40,22 @@ class AdminApi:
         ]
 
     async def add(self, request: web.Request) -> web.Response:
-        check_control_auth(request, self.core.config.control_token)
+        self.auth.require(request, Role.ADMIN)
         obj = await read_json_object(request)
         name, url = obj.get("name"), obj.get("url")
         if not isinstance(name, str) or not isinstance(url, str):
             raise BadRequestError("need string fields 'name' and 'url'")
         inst = self.core.add_instance(name, url)
+        self.auth.credentials.write_daemon_file(inst.name)
         return web.json_response({"ok": True, "instance": inst.name, "url": inst.base_url})
 
     async def remove(self, request: web.Request) -> web.Response:
-        check_control_auth(request, self.core.config.control_token)
+        self.auth.require(request, Role.ADMIN)
         self.core.remove_instance(request.match_info["name"])
         return web.json_response({"ok": True})
 
     async def drain(self, request: web.Request) -> web.Response:
-        check_control_auth(request, self.core.config.control_token)
+        self.auth.require(request, Role.ADMIN)
         obj = await read_json_object(request)
         draining = obj.get("draining", True)
         if not isinstance(draining, bool):

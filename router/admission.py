@@ -1,7 +1,13 @@
 """Admission: who may run on an instance now, and who waits in its hold queue.
 
-Three sources of admission, all with the same thresholds (Eq. 13 via
-:meth:`controllers.KairosController.admissions`):
+The rule is pure and shared with the simulator (:mod:`controllers.admission`):
+Eq. 13 per instance, and fleet admission on top — a newcomer is placed where it
+is admitted now if any instance would (``PlacementService.choose``), and a held
+agent moves to any instance that would admit it now (:meth:`AdmissionService.rehome`,
+after every daemon decision and maintenance round; admission source ``fleet``).
+Holding is for when no instance has room.
+
+Four sources of admission, all with the same thresholds:
 
 * **daemon** — the instance's ``kairosd`` posts versioned decisions; they are
   applied only in increasing ``(daemon_start_unix_s, epoch)`` order, and only to
@@ -12,6 +18,7 @@ Three sources of admission, all with the same thresholds (Eq. 13 via
 * **local** — while the daemon is absent or stale (its decision's validity has
   run out), the router runs the same rule itself whenever usage or the queue
   changes.
+* **fleet** — a held agent another instance admits now moves there.
 
 An instance whose capacity is unknown admits everything: no thrashing
 avoidance is possible without ``U_max``.
@@ -20,12 +27,22 @@ avoidance is possible without ``U_max``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import structlog
 
+from controllers.admission import (
+    AdmissionRule,
+    HeldAgent,
+    InstanceGate,
+    Move,
+    admit_in_order,
+    admits_now,
+    new_agent_tokens,
+    rehome_held,
+)
 from controllers.kairos import KairosController
-from controllers.types import InstanceSnapshot
+from controllers.placement import Consolidating, PlacementPolicy
 from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
 from router.config import AdmissionSettings
 from router.errors import HoldQueueFullError, HoldTimeoutError, NoBackendError
@@ -48,8 +65,19 @@ class AdmissionService:
         metrics: RouterMetrics,
         clock: Callable[[], float],
         observations: ObservationLog | None = None,
+        policy: PlacementPolicy | None = None,
     ) -> None:
+        """``policy`` places held agents that move (the router's placement policy)."""
         self.observations = observations or ObservationLog()
+        self.policy: PlacementPolicy = policy or Consolidating()
+        rule = controller.config.admission_rule
+        self.rule = AdmissionRule(
+            beta=rule.beta,
+            gamma=rule.gamma,
+            enabled=rule.enabled and settings.enabled,
+            admit_within_beta=rule.admit_within_beta,
+        )
+        self._moves = 0
         self.pool = pool
         self.ledger = ledger
         self.controller = controller
@@ -87,33 +115,77 @@ class AdmissionService:
 
     # -- the rule -----------------------------------------------------------------------
 
+    def gate(self, inst: Instance) -> InstanceGate:
+        """What fleet admission sees of ``inst`` (its daemon's latest valid decision
+        overrides the router's own view: no admission control, or defer)."""
+        fresh = inst.daemon_fresh(self.clock())
+        q = self.queues.get(inst.name)
+        return InstanceGate(
+            self.ledger.load_of(inst.name, inst.index, inst.capacity_tokens),
+            held=len(q) if q else 0,
+            defer=fresh and inst.decision_defer,
+            admission_control=not fresh or inst.decision_admission_control,
+        )
+
+    def gates(self, exclude: Collection[str] = ()) -> list[InstanceGate]:
+        """Gates of every eligible (healthy, not draining) instance."""
+        return [self.gate(i) for i in self.pool.eligible() if i.name not in exclude]
+
+    def estimate_tokens(self, body_bytes: int) -> int:
+        """A newcomer's size from its first request body (≈ 4 bytes a token),
+        bounded by the model's length, else by the largest known KV capacity: a
+        padded body must not size an agent beyond what vLLM would ever hold."""
+        limit = self.settings.max_model_len_tokens or max(
+            (i.capacity_tokens or 0 for i in self.pool), default=0
+        )
+        return new_agent_tokens(body_bytes // 4, self.ledger.placeholder_tokens, limit)
+
     def _rule_admits(self, inst: Instance, agents: Iterable[Agent]) -> tuple[str, ...]:
         agents = list(agents)
-        cap = inst.capacity_tokens
-        if not self.settings.enabled or not cap:
+        gate = self.gate(inst)
+        cap = gate.load.capacity_tokens
+        if not gate.admission_control or not self.rule.enabled or not cap:
             return tuple(a.agent_id for a in agents)
-        now = self.clock()
-        if inst.daemon_fresh(now):
-            if not inst.decision_admission_control:
-                return tuple(a.agent_id for a in agents)  # e.g. a no-control daemon
-            if inst.decision_defer:
-                return ()
-        usage = self.ledger.usage_tokens(inst.name)
-        snapshot = InstanceSnapshot(
-            now_s=now,
-            epoch=0,
-            capacity_tokens=cap,
-            pending=tuple(self.ledger.view(a) for a in agents),
-            usage_tokens=usage,
-        )
-        admitted, _ = self.controller.admissions(snapshot, usage)
+        if gate.defer:
+            return ()
+        sizes = ((a.agent_id, self.ledger.context_of(a)) for a in agents)
+        admitted, _ = admit_in_order(sizes, gate.load.usage_tokens, cap, self.rule)
         return admitted
 
-    def _admit(self, agent: Agent, inst: Instance, source: str) -> None:
+    def rehome(self) -> tuple[Move, ...]:
+        """Fleet admission: held agents another instance admits now move there."""
+        if not any(self.queues.values()):
+            return ()
+        held: list[tuple[float, HeldAgent]] = []
+        for name, q in self.queues.items():
+            for agent_id in q.order():
+                agent = self.ledger.get(agent_id)
+                if agent is not None and agent.instance == name:
+                    size = self.ledger.context_of(agent)
+                    held.append((agent.waiting_since_s or 0.0, HeldAgent(agent_id, name, size)))
+        if not held:
+            return ()
+        held.sort(key=lambda pair: pair[0])
+        moves = rehome_held(self.policy, [h for _, h in held], self.gates(), self.rule, self._moves)
+        self._moves += len(moves)
+        for move in moves:
+            agent = self.ledger.get(move.agent_id)
+            target = self.pool.get(move.target)
+            if agent is not None and target is not None:
+                self._admit(agent, target, "fleet", queue=move.source)
+                log.info("held_agent_moved", agent=agent.agent_id, source=move.source,
+                         target=move.target)  # fmt: skip
+        return moves
+
+    def _admit(
+        self, agent: Agent, inst: Instance, source: str, *, queue: str | None = None
+    ) -> None:
+        """Admit ``agent`` on ``inst``, waking its held requests in ``queue``
+        (its own instance's hold queue unless it moves from another one)."""
         now = self.clock()
         if agent.waiting_since_s is not None:
             agent.pending_s += max(0.0, now - agent.waiting_since_s)
-        self.queue(inst.name).release(agent.agent_id)
+        self.queue(queue or inst.name).release(agent.agent_id)
         self.ledger.set_ongoing(agent, inst.name)
         self.metrics.admissions.labels(inst.name, source).inc()
         self._notify()
@@ -131,7 +203,9 @@ class AdmissionService:
         if inst is None:
             raise NoBackendError("agent has no instance", retry_after_s=5.0)
         q = self.queue(inst.name)
-        if agent.agent_id not in q and not len(q) and self._rule_admits(inst, (agent,)):
+        if agent.agent_id not in q and admits_now(
+            self.gate(inst), self.ledger.context_of(agent), self.rule
+        ):
             self._admit(agent, inst, "fast_path")
             return 0.0
         start = self.clock()
@@ -171,16 +245,18 @@ class AdmissionService:
     # -- local fallback and daemon decisions -------------------------------------------
 
     def pump(self, inst: Instance) -> tuple[str, ...]:
-        """Local same-rule admission while the daemon is absent or stale."""
+        """Local same-rule admission while the daemon is absent or stale, then
+        fleet admission (usage or a queue changed: a held agent may fit elsewhere)."""
         q = self.queues.get(inst.name)
-        if not q or inst.daemon_fresh(self.clock()):
-            return ()
-        pending = [a for a in (self.ledger.get(i) for i in q.order()) if a is not None]
-        admitted = self._rule_admits(inst, pending)
-        for agent_id in admitted:
-            agent = self.ledger.get(agent_id)
-            if agent is not None:
-                self._admit(agent, inst, "local")
+        admitted: tuple[str, ...] = ()
+        if q and not inst.daemon_fresh(self.clock()):
+            pending = [a for a in (self.ledger.get(i) for i in q.order()) if a is not None]
+            admitted = self._rule_admits(inst, pending)
+            for agent_id in admitted:
+                agent = self.ledger.get(agent_id)
+                if agent is not None:
+                    self._admit(agent, inst, "local")
+        self.rehome()
         return admitted
 
     def pump_all(self) -> None:
@@ -215,6 +291,7 @@ class AdmissionService:
             self._admit(agent, inst, "daemon")
             admitted.append(agent_id)
         self.metrics.decisions.labels(inst.name, "applied").inc()
+        self.rehome()
         return DecisionAck(accepted=True, admitted=tuple(admitted))
 
     def state(self, inst: Instance) -> InstanceState:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import resource
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -19,20 +20,25 @@ from aiohttp import web
 
 from reporting.records import JsonlWriter
 from router.admin_api import AdminApi
+from router.auth import ControlAuth
+from router.breaker import CircuitBreakers
 from router.config import RouterConfig
 from router.control_api import ControlApi
 from router.core import RouterCore
-from router.errors import RouterError
+from router.errors import RouterError, StateStoreError
 from router.health import HealthChecker
 from router.identity_mw import upstream_headers
 from router.openai_errors import error_response, from_router_error
 from router.proxy import ROUTES, Proxy
-from router.secrets_store import load_or_create_secret, read_token_file
+from router.secrets_store import RouterCredentials, load_or_create_secret, read_token_file
+from router.server_limits import LimitedRunner, http_logger
 from router.store import StateStore
 
 log = structlog.get_logger("kairos.router")
 CORE_KEY = web.AppKey("kairos_core", RouterCore)
 HEALTH_KEY = web.AppKey("kairos_health", HealthChecker)
+CREDENTIALS_KEY = web.AppKey("kairos_credentials", RouterCredentials)
+BREAKERS_KEY = web.AppKey("kairos_breakers", CircuitBreakers)
 MAINTENANCE_INTERVAL_S = 1.0
 
 
@@ -68,7 +74,7 @@ async def error_middleware(
 
 
 def resolve_config(config: RouterConfig) -> tuple[RouterConfig, bytes | None, StateStore, Any]:
-    """Fill in state-dir defaults: secret, control token, store and records writer."""
+    """Fill in state-dir defaults: secret, admin token, store and records writer."""
     state = config.resolved_state_dir()
     state.mkdir(parents=True, exist_ok=True)
     secret = None
@@ -93,20 +99,33 @@ def create_app(
     """Build the router app; ``background=False`` leaves health/maintenance loops off
     (tests drive them explicitly instead of waiting on timers)."""
     config, secret, store, records = resolve_config(config)
+    credentials = RouterCredentials(config.resolved_credentials_dir(), config.control_token)
     core = RouterCore(
         config, secret=secret, store=store, records=records, clock=clock, wall_clock=wall_clock
     )
+    for inst in core.pool:
+        credentials.write_daemon_file(inst.name)
+    auth = ControlAuth(
+        credentials,
+        lambda: [i.name for i in core.pool],
+        loopback_reads=config.control_token is None,
+    )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
     app[CORE_KEY] = core
+    app[CREDENTIALS_KEY] = credentials
     proxy = Proxy(core)
+    app[BREAKERS_KEY] = proxy.breakers
     for path in ROUTES:
         app.router.add_post(path, proxy.handle)
-    _add_routes(app, core, proxy)
+    _add_routes(app, core, proxy, auth)
     health = HealthChecker(core, lambda: proxy.session)
     app[HEALTH_KEY] = health
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300)
+        # Pooled upstream connections are dropped after 4 s idle, before uvicorn's
+        # (vLLM's server) 5 s keep-alive closes them: a request sent on a connection
+        # the backend is closing fails in a way that cannot be safely retried.
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=4.0)
         session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
         proxy.session = session
         restored = await core.restore()
@@ -115,16 +134,20 @@ def create_app(
         tasks: list[asyncio.Task[None]] = []
         if background:
             tasks.append(asyncio.create_task(health.run()))
-            tasks.append(asyncio.create_task(_maintenance(core)))
+            tasks.append(asyncio.create_task(_maintenance(core, proxy.breakers.tick)))
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
             for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
-            await core.persist()
+            credentials.unpublish()
+            try:
+                await core.persist()
+            except RouterError as exc:
+                log.error("final_persist_failed", error=str(exc))
             await session.close()
             if core.store is not None:
                 await core.store.close()
@@ -134,19 +157,67 @@ def create_app(
     return app
 
 
-async def _maintenance(core: RouterCore) -> None:
-    """Idle expiry, local admission after a daemon goes stale, and persistence."""
+async def _maintenance(core: RouterCore, tick_breakers: Callable[[], None]) -> None:
+    """Idle expiry, local admission after a daemon goes stale, and persistence.
+
+    A failing write (full disk, read-only state directory) is logged once, when it
+    starts failing, and once when it recovers; the unsaved changes stay queued.
+    """
+    failing = False
     while True:
         await asyncio.sleep(MAINTENANCE_INTERVAL_S)
         try:
+            tick_breakers()
             core.agents.expire_idle()
             core.admission.pump_all()
-            await core.persist()
         except Exception:
             log.exception("maintenance_failed")
+        try:
+            await core.persist()
+        except StateStoreError as exc:
+            if not failing:
+                log.error(
+                    "persist_failed", error=str(exc), hint="changes kept; retried each second"
+                )
+            failing = True
+        else:
+            if failing:
+                log.info("persist_recovered")
+            failing = False
 
 
-def _add_routes(app: web.Application, core: RouterCore, proxy: Proxy) -> None:
+def make_runner(app: web.Application) -> web.AppRunner:
+    """The app's runner with the router's connection limit and header read bound."""
+    cfg = app[CORE_KEY].config
+    return LimitedRunner(
+        app,
+        max_connections=cfg.max_connections,
+        handler_cancellation=True,
+        access_log=None,
+        keepalive_timeout=cfg.timeouts.header_read_s,
+        logger=http_logger(),
+    )
+
+
+def raise_nofile_limit() -> int:
+    """Raise the soft RLIMIT_NOFILE to the hard limit (one descriptor per stream, twice).
+
+    Returns the soft limit now in force; a refusal leaves the limit as it was.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    return soft
+
+
+def publish_credentials(app: web.Application, port: int) -> None:
+    """Make the credentials discoverable by local clients of ``port`` (after binding)."""
+    app[CREDENTIALS_KEY].publish(port)
+
+
+def _add_routes(app: web.Application, core: RouterCore, proxy: Proxy, auth: ControlAuth) -> None:
     async def health(_request: web.Request) -> web.Response:
         eligible = core.pool.eligible()
         return web.json_response(
@@ -163,8 +234,8 @@ def _add_routes(app: web.Application, core: RouterCore, proxy: Proxy) -> None:
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/v1/models", models)
-    app.router.add_routes(ControlApi(core).routes())
-    app.router.add_routes(AdminApi(core).routes())
+    app.router.add_routes(ControlApi(core, auth).routes())
+    app.router.add_routes(AdminApi(core, auth).routes())
 
 
 async def _merged_models(request: web.Request, core: RouterCore, proxy: Proxy) -> web.Response:

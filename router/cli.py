@@ -15,18 +15,31 @@ import structlog
 import typer
 from aiohttp import web
 
+from kairos_common.cli import (
+    EXIT_USAGE,
+    LogJsonOpt,
+    LogLevelOpt,
+    VersionOpt,
+    check_can_listen,
+    check_log_level,
+    fail,
+    listen_error,
+    make_app,
+    run_app,
+)
 from kairos_common.config import load_config
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
-from router.app import create_app
+from router.app import create_app, make_runner, publish_credentials, raise_nofile_limit
 from router.config import ENV_PREFIX, RouterConfig
 from router.errors import RouterError
 
-app = typer.Typer(help="Kairos agent-aware OpenAI-compatible router.", no_args_is_help=True)
+app = make_app("Kairos agent-aware OpenAI-compatible router.", no_args_is_help=True)
+PROG = "kairos-router"
 
 
 @app.callback()
-def _root() -> None:
+def _root(version: VersionOpt = False) -> None:
     """Kairos agent-aware, power-aware OpenAI-compatible router (paper §6.1, §6.3)."""
 
 
@@ -101,11 +114,11 @@ def run(
         float | None,
         typer.Option(help="End agents idle this long without an end signal (default 1800)."),
     ] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug, info, warning, error.")] = None,
-    log_json: Annotated[
-        bool | None,
-        typer.Option("--log-json/--log-console", help="Force JSON or console logs."),
-    ] = None,
+    log_level: LogLevelOpt = None,
+    log_json: LogJsonOpt = None,
+    log_console: Annotated[
+        bool, typer.Option("--log-console", hidden=True, help="Old spelling of --log-text.")
+    ] = False,
 ) -> None:
     """Start the router in front of vLLM instances."""
     overrides: dict[str, Any] = {
@@ -119,7 +132,7 @@ def run(
         "anonymous": anonymous,
         "idle_expiry_s": idle_expiry_s,
         "log_level": log_level,
-        "log_json": log_json,
+        "log_json": False if log_console else log_json,
     }
     if backend:
         overrides["backends"] = list(backend)
@@ -130,19 +143,21 @@ def run(
     if capacity_tokens is not None:
         overrides["admission"] = {"capacity_tokens": capacity_tokens}
     try:
+        check_log_level(log_level)
         cfg = load_config(RouterConfig, path=config, env_prefix=ENV_PREFIX, overrides=overrides)
-        configure_logging(cfg.log_level, cfg.log_json)
         if not cfg.backends:
             raise ConfigError("no backend: pass --backend URL or set backends in the config")
+        check_can_listen(cfg.host, cfg.port, "--port")
+        configure_logging(cfg.log_level, cfg.log_json)
         application = create_app(cfg)
     except (ConfigError, RouterError, ValueError) as exc:
-        typer.echo(f"kairos-router: {exc}", err=True)
-        raise typer.Exit(2) from None
+        fail(PROG, str(exc), EXIT_USAGE)
+    except OSError as exc:  # a state dir, records or secret path that cannot be used
+        fail(PROG, f"cannot use {exc.filename}: {exc.strerror or exc}", EXIT_USAGE)
     try:
         asyncio.run(serve(application, cfg.host, cfg.port))
-    except OSError as exc:
-        typer.echo(f"kairos-router: cannot listen on {cfg.host}:{cfg.port}: {exc}", err=True)
-        raise typer.Exit(1) from None
+    except OSError as exc:  # lost the race for the port after the check above
+        fail(PROG, listen_error(cfg.host, cfg.port, exc), EXIT_USAGE)
 
 
 async def serve(application: web.Application, host: str, port: int) -> None:
@@ -152,13 +167,15 @@ async def serve(application: web.Application, host: str, port: int) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    runner = web.AppRunner(application, handler_cancellation=True, access_log=None)
+    raise_nofile_limit()
+    runner = make_runner(application)
     await runner.setup()
     try:
         site = web.TCPSite(runner, host, port, shutdown_timeout=10.0)
         await site.start()
         bound = [a for a in runner.addresses if isinstance(a, tuple)]
         actual_port = bound[0][1] if bound else port
+        publish_credentials(application, actual_port)
         structlog.get_logger("kairos.router").info("listening", host=host, port=actual_port)
         await stop.wait()
         structlog.get_logger("kairos.router").info("shutting_down")
@@ -166,8 +183,9 @@ async def serve(application: web.Application, host: str, port: int) -> None:
         await runner.cleanup()
 
 
-def main() -> None:
-    app()
+def main(argv: list[str] | None = None) -> None:
+    """Entry point ``kairos-router``: one error-reporting path (kairos_common.cli.run_app)."""
+    run_app(app, PROG, argv)
 
 
 if __name__ == "__main__":

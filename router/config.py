@@ -12,6 +12,7 @@ from pathlib import Path
 
 from controllers.confident_placement import ConfidentReassignmentConfig
 from controllers.registry import PLACEMENT_NAMES
+from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
 from kairos_common.errors import ConfigError
 
 ENV_PREFIX = "KAIROS_ROUTER"
@@ -87,6 +88,9 @@ class AdmissionSettings:
     retry_after_s: float = 5.0
     capacity_tokens: int | None = None
     stale_after_s: float | None = None
+    max_model_len_tokens: int | None = None
+    """Bound on a newcomer's size estimate (its first body's bytes / 4); unset:
+    the largest known KV capacity."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +127,14 @@ class TimeoutSettings:
     health_timeout_s: float = 2.0
     unhealthy_after_failures: int = 2
     metrics_interval_s: float = 30.0
+    header_read_s: float = 30.0
+    """A connection must send its request headers within this (also the keep-alive idle)."""
+    body_read_s: float = 60.0
+    """A request body must arrive within this (a trickling client gets 408)."""
+    breaker_failures: int = 3
+    """Consecutive timeouts/5xx that open an instance's circuit breaker."""
+    breaker_open_s: float = 30.0
+    """How long an open breaker keeps new requests away before one trial request."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +149,8 @@ class RouterConfig:
     signing_secret_file: Path | None = None
     control_token: str | None = None
     control_token_file: Path | None = None
+    credentials_dir: Path | None = None
+    """Admin/lifecycle/daemon credential files (default ``<state_dir>/credentials``)."""
     records: Path | None = None
     run: str = ""
     """Label written into every agent record (``run``), like ``kairosd --run``, so
@@ -145,8 +159,12 @@ class RouterConfig:
     identity_header: str = "X-Kairos-Agent"
     idle_expiry_s: float = 1800.0
     slo_tok_s: float = 20.0
-    max_body_bytes: int = 256 * MIB
+    max_body_bytes: int = 32 * MIB
     max_attempts: int = 3
+    max_connections: int = 10_000
+    """Inbound connections beyond this are answered 503 and closed at once."""
+    max_waiting_per_agent: int = 8
+    """Requests one agent may have waiting for admission; more get 429."""
     log_level: str = "info"
     log_json: bool | None = None
     placement: PlacementSettings = field(default_factory=PlacementSettings)
@@ -161,8 +179,13 @@ class RouterConfig:
             raise ConfigError("max_attempts must be >= 1")
         if self.max_body_bytes < 1024:
             raise ConfigError("max_body_bytes must be at least 1024")
+        if self.max_connections < 1 or self.max_waiting_per_agent < 1:
+            raise ConfigError("max_connections and max_waiting_per_agent must be >= 1")
         if self.idle_expiry_s <= 0:
             raise ConfigError("idle_expiry_s must be positive")
+        check_port(self.port, "port")
+        check_slo(self.slo_tok_s, "slo_tok_s")
+        check_log_level(self.log_level, "log_level")
 
     def resolved_state_dir(self) -> Path:
         """``state_dir``, else ``$XDG_STATE_HOME/kairos/router`` (``~/.local/state``)."""
@@ -170,6 +193,12 @@ class RouterConfig:
             return self.state_dir.expanduser()
         base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
         return Path(base) / "kairos" / "router"
+
+    def resolved_credentials_dir(self) -> Path:
+        """``credentials_dir``, else ``<state dir>/credentials``."""
+        if self.credentials_dir is not None:
+            return self.credentials_dir.expanduser()
+        return self.resolved_state_dir() / "credentials"
 
 
 def parse_backend(spec: str, index: int) -> tuple[str, str]:
@@ -180,8 +209,7 @@ def parse_backend(spec: str, index: int) -> tuple[str, str]:
     url = url.strip().rstrip("/")
     if url.endswith("/v1"):
         url = url[: -len("/v1")]
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"backend {spec!r}: expected http(s)://host:port")
+    check_http_url(url, "backend")
     if not name or "/" in name:
         raise ConfigError(f"backend {spec!r}: bad instance name")
     return name.strip(), url

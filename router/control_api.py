@@ -11,37 +11,41 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 from aiohttp import web
 
 from kairos_common.errors import WireFormatError
 from kairos_common.wire import API_PREFIX, AdmissionDecision, AgentEnd, AgentStart
-from router.auth import check_control_auth
+from router.auth import ControlAuth, Role
 from router.core import RouterCore
-from router.errors import BadRequestError
+from router.errors import BadRequestError, ForbiddenError, StateStoreError
+from router.json_body import parse_json, read_body
+
+CONTROL_BODY_LIMIT = 1 << 20
+"""Control messages are small; a decision with thousands of admits is ~100 KB."""
+_CONTROL_DEPTH = 16
+FUTURE_SKEW_S = 3600.0
+"""How far ahead of the router's clock a daemon's start time may be (clock skew)."""
 
 
-async def read_json_object(request: web.Request, limit: int = 1 << 20) -> dict[str, Any]:
-    """A small JSON object body (empty body → ``{}``); 400 on anything else."""
-    body = await request.content.read(limit + 1)
-    if len(body) > limit:
-        raise BadRequestError("control request body too large")
+async def read_json_object(request: web.Request, read_timeout_s: float = 10.0) -> dict[str, Any]:
+    """A small JSON object body (empty body → ``{}``); 400/408/413 on anything else."""
+    body = await read_body(request, CONTROL_BODY_LIMIT, read_timeout_s)
     if not body.strip():
         return {}
-    try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequestError(f"body is not valid JSON: {exc}") from None
+    obj = await parse_json(body, _CONTROL_DEPTH)
     if not isinstance(obj, dict):
         raise BadRequestError("body must be a JSON object")
     return obj
 
 
 class ControlApi:
-    def __init__(self, core: RouterCore) -> None:
+    """Handlers; every write checks its role first, before reading the body."""
+
+    def __init__(self, core: RouterCore, auth: ControlAuth) -> None:
         self.core = core
+        self.auth = auth
 
     def routes(self) -> list[web.RouteDef]:
         p = API_PREFIX
@@ -55,48 +59,70 @@ class ControlApi:
             web.get(f"{p}/fleet", self.fleet),
         ]
 
-    def _auth(self, request: web.Request) -> None:
-        check_control_auth(request, self.core.config.control_token)
+    def _read(self, request: web.Request) -> None:
+        self.auth.require_read(request)
+
+    def _lifecycle(self, request: web.Request) -> None:
+        self.auth.require(request, Role.LIFECYCLE, Role.ADMIN)
 
     async def start_agent(self, request: web.Request) -> web.Response:
-        self._auth(request)
+        self._lifecycle(request)
         try:
             msg = AgentStart.from_json(await read_json_object(request))
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
-        return web.json_response(self.core.agents.start(msg).to_json())
+        started = self.core.agents.start(msg)
+        await self._durable()
+        return web.json_response(started.to_json())
 
     async def end_agent(self, request: web.Request) -> web.Response:
-        self._auth(request)
+        self._lifecycle(request)
         try:
             obj = await read_json_object(request)
             msg = AgentEnd.from_json(obj or {"exit_code": 0})
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
         self.core.agents.end(request.match_info["agent_id"], msg)
+        await self._durable()
         return web.json_response({"ok": True})
 
+    async def _durable(self) -> None:
+        """Persist before acknowledging a start/end, so a router killed right after
+        (SIGKILL, power loss) neither forgets a started agent nor revives an ended
+        one. A failing disk does not fail the call: the change stays queued and
+        the maintenance loop retries (and logs) it."""
+        try:
+            await self.core.persist()
+        except StateStoreError:
+            return
+
     async def agent_status(self, request: web.Request) -> web.Response:
-        self._auth(request)
+        self._read(request)
         return web.json_response(self.core.agents.status(request.match_info["agent_id"]))
 
     async def list_instances(self, request: web.Request) -> web.Response:
-        self._auth(request)
+        self._read(request)
         return web.json_response({"instances": self.core.instances_json()})
 
     async def instance_state(self, request: web.Request) -> web.Response:
-        self._auth(request)
+        self._read(request)
         inst = self.core.pool.resolve(request.match_info["name"])
         return web.json_response(self.core.admission.state(inst).to_json())
 
     async def decision(self, request: web.Request) -> web.Response:
-        self._auth(request)
+        # Only this instance's daemon: neither admin nor another instance's daemon.
+        who = self.auth.require(request, Role.DAEMON)
+        inst = self.core.pool.resolve(request.match_info["name"])
+        if who.instance != inst.name:
+            raise ForbiddenError("a daemon credential is valid for its own instance only")
         try:
             decision = AdmissionDecision.from_json(await read_json_object(request))
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
-        name = request.match_info["name"]
-        inst = self.core.pool.resolve(name)
+        if decision.daemon_start_unix_s > self.core.wall_clock() + FUTURE_SKEW_S:
+            # Decisions apply in (start, epoch) order: a start in the future would
+            # make every later decision of the real daemon look stale.
+            raise BadRequestError("decision's daemon_start_unix_s is in the future")
         if self.core.pool.resolve(decision.instance) is not inst:
             raise BadRequestError("decision names a different instance than the URL")
         ack = self.core.admission.apply_decision(decision)
@@ -112,7 +138,7 @@ class ControlApi:
 
     async def fleet(self, request: web.Request) -> web.Response:
         """The fleet power budget: cap, predicted and measured W, per-instance caps."""
-        self._auth(request)
+        self._read(request)
         if self.core.fleet is None:
             return web.json_response({"enabled": False, "cap_w": None, "instances": {}})
         return web.json_response(self.core.fleet.state([i.name for i in self.core.pool]))

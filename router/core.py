@@ -14,6 +14,7 @@ import structlog
 
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
+from controllers.registry import make_placement_policy
 from reporting.records import JsonlWriter
 from router.admission import AdmissionService
 from router.agents import AgentService
@@ -63,10 +64,17 @@ class RouterCore:
             ),
         )
         self.admission = AdmissionService(
-            self.pool, self.ledger, controller, adm, self.metrics, clock, self.observations
+            self.pool,
+            self.ledger,
+            controller,
+            adm,
+            self.metrics,
+            clock,
+            self.observations,
+            make_placement_policy(config.placement.policy, config.placement.theta_cons),
         )
         self.placement = PlacementService.from_settings(
-            config.placement, self.pool, self.ledger, self.metrics
+            config.placement, self.pool, self.ledger, self.metrics, self.admission
         )
         self.agents = AgentService(
             self.ledger,
@@ -226,7 +234,14 @@ class RouterCore:
             agent = self.ledger.get(agent_id)
             if agent is not None and not agent.ephemeral:
                 rows.append(agent.to_row(now, now_unix))
-        deleted = list(self.ledger.deleted)
+        dirty, deleted = set(self.ledger.dirty), set(self.ledger.deleted)
         self.ledger.dirty.clear()
         self.ledger.deleted.clear()
-        await self.store.write(rows, deleted)
+        try:
+            await self.store.write(rows, list(deleted))
+        except BaseException:
+            # Not written (full disk, cancelled): keep every change for the next try,
+            # or ended agents would come back after a restart.
+            self.ledger.dirty |= dirty - self.ledger.deleted
+            self.ledger.deleted |= deleted - self.ledger.dirty
+            raise

@@ -51,6 +51,22 @@ class BodyTooLargeError(RouterError):
     err_type = "invalid_request_error"
 
 
+class RequestTimeoutError(RouterError):
+    """The client did not send its request body within the read bound."""
+
+    status = 408
+    code = "request_timeout"
+    err_type = "invalid_request_error"
+
+
+class TooManyRequestsError(RouterError):
+    """One agent has too many requests waiting (429 + Retry-After)."""
+
+    status = 429
+    code = "too_many_waiting_requests"
+    err_type = "rate_limit_error"
+
+
 class HoldQueueFullError(RouterError):
     """The instance's admission queue is at its bound (429 + Retry-After)."""
 

@@ -30,10 +30,28 @@ class HealthChecker:
         t = core.config.timeouts
         self._timeout = aiohttp.ClientTimeout(total=t.health_timeout_s)
         self._last_metrics_s: dict[str, float] = {}
+        self._bad_metrics: set[str] = set()
+        self._failed: set[str] = set()
 
     async def check_once(self) -> None:
-        """One round over all instances (also what tests call instead of waiting)."""
-        await asyncio.gather(*(self._check(inst) for inst in self.core.pool))
+        """One round over all instances (also what tests call instead of waiting).
+
+        One instance's failure, whatever it is, never stops the others' checks nor
+        the loop: it is logged once (until that instance's check works again).
+        """
+        await asyncio.gather(*(self._guarded(inst) for inst in self.core.pool))
+
+    async def _guarded(self, inst: Instance) -> None:
+        try:
+            await self._check(inst)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if inst.name not in self._failed:
+                log.error("health_check_error", instance=inst.name, error=repr(exc)[:300])
+                self._failed.add(inst.name)
+            return
+        self._failed.discard(inst.name)
 
     async def _check(self, inst: Instance) -> None:
         ok = False
@@ -64,9 +82,22 @@ class HealthChecker:
                     return
                 text = await r.text()
             parsed = parse_vllm_metrics(text)
-        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError, MetricsParseError) as exc:
+        except MetricsParseError as exc:
+            # Bad input (e.g. NaN): what it said about capacity is stale now.
+            inst.metrics_capacity_tokens = None
+            if inst.name not in self._bad_metrics:
+                self._bad_metrics.add(inst.name)
+                log.warning(
+                    "bad_backend_metrics",
+                    instance=inst.name,
+                    error=str(exc)[:300],
+                    hint="ignoring this backend's /metrics until they parse again",
+                )
+            return
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError) as exc:
             log.warning("metrics_scrape_failed", instance=inst.name, error=str(exc))
             return
+        self._bad_metrics.discard(inst.name)
         if not parsed.metrics_enabled and inst.metrics_enabled is not False:
             log.warning(
                 "vllm_metrics_disabled",
@@ -83,5 +114,8 @@ class HealthChecker:
     async def run(self) -> None:
         interval = self.core.config.timeouts.health_interval_s
         while True:
-            await self.check_once()
+            try:
+                await self.check_once()
+            except Exception:  # defence in depth: the loop itself must never die
+                log.exception("health_round_failed")
             await asyncio.sleep(interval)

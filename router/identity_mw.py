@@ -13,9 +13,12 @@ grouped into one agent per API key (id ``key-<sha256 prefix>``).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+
+import aiohttp
 
 from kairos_common.errors import IdentityError
 from kairos_common.identity import ParsedKey, parse_key, parse_token, verify
@@ -134,3 +137,82 @@ def upstream_headers(
     out["X-Request-Id"] = request_id
     out["Accept-Encoding"] = "identity"
     return out
+
+
+class KeyChecker:
+    """Whether a backend accepts a request's real API key, asked when it must wait.
+
+    vLLM checks keys only when the request reaches it; a request with a bogus key
+    that must first wait for admission would hold a queue slot (and a seat in
+    Algorithm 1's order) for nothing. So before waiting, the router asks one
+    backend once — ``GET /v1/models`` with the same credentials, which vLLM's
+    ``--api-key`` guards — and remembers the answer per key (hashed): accepted
+    for ``ok_ttl_s``, refused for ``bad_ttl_s``. Concurrent checks of one key
+    share one probe. A probe that fails for any other reason (timeout, 5xx)
+    admits the request: availability is not this check's job.
+    """
+
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        ok_ttl_s: float = 300.0,
+        bad_ttl_s: float = 30.0,
+        timeout_s: float = 2.0,
+    ) -> None:
+        self.clock = clock
+        self.ok_ttl_s = ok_ttl_s
+        self.bad_ttl_s = bad_ttl_s
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._known: dict[str, tuple[bool, float]] = {}
+        self._probing: dict[str, asyncio.Future[bool]] = {}
+
+    @staticmethod
+    def _cache_key(base_url: str, headers: Mapping[str, str]) -> str:
+        material = "\0".join(
+            (base_url, headers.get("Authorization", ""), headers.get("x-api-key", ""))
+        )
+        return hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
+
+    def known(self, base_url: str, headers: Mapping[str, str]) -> bool | None:
+        """The remembered answer for these credentials, or None (ask with :meth:`accepted`)."""
+        known = self._known.get(self._cache_key(base_url, headers))
+        if known is not None and self.clock() < known[1]:
+            return known[0]
+        return None
+
+    async def accepted(
+        self, session: aiohttp.ClientSession, base_url: str, headers: Mapping[str, str]
+    ) -> bool:
+        key = self._cache_key(base_url, headers)
+        now = self.clock()
+        known = self._known.get(key)
+        if known is not None and now < known[1]:
+            return known[0]
+        pending = self._probing.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._probing[key] = fut
+        try:
+            ok = await self._probe(session, base_url, headers)
+            if len(self._known) >= _VERIFIED_MAX:
+                self._known.clear()
+            self._known[key] = (ok, now + (self.ok_ttl_s if ok else self.bad_ttl_s))
+            fut.set_result(ok)
+            return ok
+        finally:
+            if not fut.done():
+                fut.set_result(True)
+            del self._probing[key]
+
+    async def _probe(
+        self, session: aiohttp.ClientSession, base_url: str, headers: Mapping[str, str]
+    ) -> bool:
+        auth = {k: v for k, v in headers.items() if k.lower() in ("authorization", "x-api-key")}
+        try:
+            async with session.get(
+                base_url + "/v1/models", headers=auth, timeout=self._timeout
+            ) as resp:
+                return resp.status not in (401, 403)
+        except (aiohttp.ClientError, TimeoutError):
+            return True

@@ -36,10 +36,12 @@ class Instance:
     daemon_id: str | None = None
     clock_mhz: int | None = None
     boost: bool = False
+    breaker_open: bool = False
+    """Set by :mod:`router.breaker` after consecutive timeouts/5xx."""
 
     @property
     def eligible(self) -> bool:
-        return self.healthy and not self.draining
+        return self.healthy and not self.draining and not self.breaker_open
 
     @property
     def capacity_tokens(self) -> int | None:
@@ -65,6 +67,7 @@ class Instance:
             "index": self.index,
             "healthy": self.healthy,
             "draining": self.draining,
+            "breaker_open": self.breaker_open,
             "usage_tokens": usage_tokens,
             "capacity_tokens": self.capacity_tokens,
             "ongoing": ongoing,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from controllers.placement import InstanceLoad
 from controllers.types import AgentView, agent_throughput_tok_s
 
 
@@ -184,6 +185,18 @@ class Ledger:
             llm_time_s=agent.llm_time_s,
             completed_steps=agent.turns,
             waiting_since_s=agent.waiting_since_s,
+            in_flight=agent.in_flight > 0,
+            last_active_s=agent.last_seen_s if agent.turns else None,
+        )
+
+    def load_of(self, name: str, index: int, capacity_tokens: int | None) -> InstanceLoad:
+        """What placement sees of an instance: ``U_i``, ``U_max`` (0: unknown), busy."""
+        return InstanceLoad(
+            name=name,
+            index=index,
+            usage_tokens=self.usage_tokens(name),
+            capacity_tokens=capacity_tokens or 0,
+            active=bool(self._ongoing.get(name)),
         )
 
     def record_completion(

@@ -25,6 +25,7 @@ from collections.abc import Collection
 
 import structlog
 
+from controllers.admission import place
 from controllers.confident_placement import ConfidentReassignment
 from controllers.placement import (
     InstanceLoad,
@@ -34,7 +35,7 @@ from controllers.placement import (
     ReassignmentDecision,
     ReassignmentRule,
 )
-from controllers.registry import make_placement_policy
+from router.admission import AdmissionService
 from router.config import PlacementSettings
 from router.errors import NoBackendError
 from router.instances import Instance, InstancePool
@@ -52,9 +53,12 @@ class PlacementService:
         policy: PlacementPolicy,
         rule: ReassignmentRule,
         metrics: RouterMetrics,
+        admission: AdmissionService,
         confident: ConfidentReassignment | None = None,
     ) -> None:
-        """``confident``, when given, replaces ``rule`` for reassignment."""
+        """``confident``, when given, replaces ``rule`` for reassignment;
+        ``admission`` tells which instances would admit a newcomer now."""
+        self.admission = admission
         self.pool = pool
         self.ledger = ledger
         self.policy = policy
@@ -72,6 +76,7 @@ class PlacementService:
         pool: InstancePool,
         ledger: Ledger,
         metrics: RouterMetrics,
+        admission: AdmissionService,
     ) -> PlacementService:
         """The service ``[placement]`` describes (same policy names as the simulator)."""
         confident = None
@@ -84,8 +89,8 @@ class PlacementService:
                 rho=settings.rho,
             )
         )
-        policy = make_placement_policy(settings.policy, settings.theta_cons)
-        return cls(pool, ledger, policy, rule, metrics, confident)
+        policy = admission.policy
+        return cls(pool, ledger, policy, rule, metrics, admission, confident)
 
     @property
     def interval_requests(self) -> int:
@@ -95,26 +100,21 @@ class PlacementService:
 
     def loads(self, exclude: Collection[str] = ()) -> list[InstanceLoad]:
         """Inputs of the policies: eligible instances with their ``U_i`` and ``U_max``."""
-        out = []
-        for inst in self.pool.eligible():
-            if inst.name in exclude:
-                continue
-            ongoing = self.ledger.ongoing_ids(inst.name)
-            out.append(
-                InstanceLoad(
-                    name=inst.name,
-                    index=inst.index,
-                    usage_tokens=self.ledger.usage_tokens(inst.name),
-                    capacity_tokens=inst.capacity_tokens or 0,
-                    active=bool(ongoing),
-                )
-            )
-        return out
+        ledger = self.ledger
+        return [
+            ledger.load_of(i.name, i.index, i.capacity_tokens)
+            for i in self.pool.eligible()
+            if i.name not in exclude
+        ]
 
     def choose(self, agent: Agent, exclude: Collection[str] = ()) -> Instance:
-        """Place ``agent`` anew; raises :class:`NoBackendError` when nothing is eligible."""
-        candidates = self.loads(exclude)
-        if not candidates:
+        """Place ``agent`` anew; raises :class:`NoBackendError` when nothing is eligible.
+
+        Fleet admission (:func:`controllers.admission.place`): the policy's choice
+        among instances that would admit the agent now, else overall (held there).
+        """
+        gates = self.admission.gates(exclude)
+        if not gates:
             raise NoBackendError("no healthy backend instance is available", retry_after_s=5.0)
         request = PlacementRequest(
             agent_id=agent.agent_id,
@@ -122,7 +122,7 @@ class PlacementService:
             context_tokens=self.ledger.context_of(agent),
         )
         self._sequence += 1
-        name = self.policy.place(request, candidates)
+        name = place(self.policy, request, gates, self.admission.rule).instance
         inst = self.pool.get(name)
         assert inst is not None
         agent.steps_since_assign = 0

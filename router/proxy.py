@@ -5,15 +5,26 @@ JSON parse of the request, no re-serialisation unless usage has to be injected,
 per-route metric children bound once, complete SSE events forwarded as they
 arrive.
 
-Retry policy: connect errors and 5xx responses *before any byte reached the
-client* are retried on another eligible instance (``max_attempts`` in all; the
-agent moves with the retry). After the first byte, an upstream failure is sent
-to the client in the protocol's error form and the stream ends.
+Retry policy: a request is retried on another eligible instance (``max_attempts``
+in all; the agent moves with the retry) only when it provably did not reach a
+backend — the connection was refused or failed before anything was sent — or the
+backend answered 503 (vLLM: not ready) before any byte reached the client. A POST
+that may have reached a backend is never sent twice: no duplicate generations,
+no duplicate stored ``/v1/responses``. Timeouts and 5xx feed the per-instance
+circuit breaker (:mod:`router.breaker`). After the first byte, an upstream
+failure is sent to the client in the protocol's error form and the stream ends.
+
+Limits (docs/reliability.md): bodies are capped and read within a bound,
+parsed with a depth limit (large ones off the event loop); an agent's requests
+waiting for admission are bounded; a request that would wait is first checked
+with a backend for a valid API key, so bogus keys never occupy hold-queue slots;
+a client that stops reading a stream is dropped after ``idle_stream_s``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -23,15 +34,18 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from router.breaker import CircuitBreakers
 from router.core import RouterCore
 from router.errors import (
+    AuthenticationError,
     BadRequestError,
-    BodyTooLargeError,
     RouterError,
+    TooManyRequestsError,
     UpstreamError,
     UpstreamTimeoutError,
 )
-from router.identity_mw import IdentityResolver, upstream_headers
+from router.identity_mw import IdentityResolver, KeyChecker, upstream_headers
+from router.json_body import parse_json, read_body
 from router.ledger import Agent
 from router.observations import observation
 from router.openai_errors import from_router_error, sse_error_event
@@ -52,7 +66,7 @@ _DROP_RESPONSE = frozenset(
 )  # fmt: skip
 _INJECT_PREFIX = b'{"stream_options":{"include_usage":true},'
 _RESCHEDULE_EVERY_S = 1.0
-_RETRYABLE_CONNECT = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+_ERROR_WRITE_S = 5.0
 
 
 @dataclass(slots=True)
@@ -96,6 +110,8 @@ class Proxy:
         self.identity = IdentityResolver(
             core.secret, core.config.identity_header, core.config.anonymous
         )
+        self.breakers = CircuitBreakers(core, core.clock)
+        self.keys = KeyChecker(core.clock)
         self._request_prefix = f"kr-{uuid.uuid4().hex[:12]}"
         self._request_seq = 0
         self._overhead = {r: m.overhead.labels(r) for r in ROUTES.values()}
@@ -112,16 +128,8 @@ class Proxy:
         self._session = session
 
     async def _read_json(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
-        if request.content_length is not None and request.content_length > self.max_body:
-            raise BodyTooLargeError(f"request body exceeds {self.max_body} bytes")
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise BodyTooLargeError(f"request body exceeds {self.max_body} bytes") from None
-        try:
-            obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise BadRequestError(f"request body is not valid JSON: {exc}") from None
+        body = await read_body(request, self.max_body, self.timeouts.body_read_s)
+        obj = await parse_json(body)
         _check_body(obj)
         return body, obj
 
@@ -163,12 +171,12 @@ class Proxy:
         agent.last_seen_s = t0
         try:
             if agent.context_tokens is None:
-                # Sized before placement: confident placement fits the newcomer's
-                # prompt (Algorithm 2 ignores it; admission reads it either way).
-                agent.estimated_context_tokens = len(body) // 4
+                # Sized before placement: fleet admission places the newcomer where
+                # its prompt is admitted now (controllers/admission.py), bounded.
+                agent.estimated_context_tokens = core.admission.estimate_tokens(len(body))
             self._place(agent)
-            held_s = 0.0 if agent.admitted else await core.admission.wait_admitted(agent)
             headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
+            held_s = 0.0 if agent.admitted else await self._wait_admission(agent, headers)
             self._overhead[route].observe(core.clock() - t0 - held_s)
             resp, outcome = await self._forward(request, agent, body, headers, inject)
             self._account(agent, route, stream, t0, held_s, len(body), outcome)
@@ -178,6 +186,37 @@ class Proxy:
             agent.last_seen_s = core.clock()
             if agent.ephemeral:
                 core.agents.finish(agent, reason="one-turn")
+
+    async def _wait_admission(self, agent: Agent, headers: dict[str, str]) -> float:
+        """Wait for admission, with two guards for requests that really wait: a bound
+        per agent, and a key the backend accepts (a bogus key must not keep a queue
+        slot). The key is asked about only if the agent did not pass at once."""
+        core = self.core
+        if agent.in_flight > core.config.max_waiting_per_agent:
+            raise TooManyRequestsError(
+                f"agent has more than {core.config.max_waiting_per_agent} requests "
+                "waiting for admission",
+                retry_after_s=core.config.admission.retry_after_s,
+            )
+        inst = core.pool.get(agent.instance)
+        base = inst.base_url if inst is not None else None
+        if base is not None and self.keys.known(base, headers) is False:
+            raise AuthenticationError("the backend rejected this API key")
+        wait = asyncio.create_task(core.admission.wait_admitted(agent))
+        await asyncio.sleep(0)  # the admission fast path completes in this step
+        if wait.done() or base is None or self.keys.known(base, headers) is not None:
+            return await wait
+        try:
+            ok = await self.keys.accepted(self.session, base, headers)
+        except BaseException:
+            wait.cancel()
+            raise
+        if not ok:
+            wait.cancel()  # leaves the hold queue
+            with contextlib.suppress(asyncio.CancelledError, RouterError):
+                await wait
+            raise AuthenticationError("the backend rejected this API key")
+        return await wait
 
     def _observe(self, inst_name: str, usage: Usage | None, outcome: _Outcome) -> None:
         """Keep a streamed request with exact usage for the online model (issue 10)."""
@@ -246,21 +285,34 @@ class Proxy:
                     headers=headers, timeout=self._upstream_timeout,
                 )  # fmt: skip
             except aiohttp.SocketTimeoutError:
+                self.breakers.failure(inst, "timeout")
                 raise UpstreamTimeoutError(
                     f"instance {inst.name} sent no response within {self.timeouts.first_byte_s}s"
                 ) from None
-            except _RETRYABLE_CONNECT as exc:
+            except aiohttp.ClientConnectorError as exc:
+                # Refused / unreachable: nothing was sent, so a retry cannot duplicate.
                 last_error = type(exc).__name__
                 core.mark_health(inst, ok=False)
                 if attempt + 1 < attempts:
                     self._retry_move(agent, inst.name, "connect", tried)
                 continue
+            except aiohttp.ClientError as exc:
+                # Reset or closed after (part of) the request went out: it may be
+                # running on the backend; answering 502 beats generating twice.
+                self.breakers.failure(inst, type(exc).__name__)
+                raise UpstreamError(
+                    f"instance {inst.name} dropped the connection ({type(exc).__name__})"
+                ) from None
             core.metrics.child(core.metrics.ttfb, inst.name).observe(core.clock() - t_sent)
-            if resp.status >= 500 and attempt + 1 < attempts:
-                resp.close()
-                last_error = f"HTTP {resp.status}"
-                self._retry_move(agent, inst.name, "http_5xx", tried)
-                continue
+            if resp.status >= 500:
+                self.breakers.failure(inst, f"http_{resp.status}")
+                if resp.status == 503 and attempt + 1 < attempts:
+                    resp.close()  # not ready: it did not run the request
+                    last_error = "HTTP 503"
+                    self._retry_move(agent, inst.name, "http_503", tried)
+                    continue
+            else:
+                self.breakers.success(inst)
             done = False
             try:
                 result = await self._relay(request, resp, inject, headers["X-Request-Id"])
@@ -311,14 +363,19 @@ class Proxy:
         read = resp.content.readany
         next_reschedule = loop.time() + _RESCHEDULE_EVERY_S
         first_data_s: float | None = None
+        writing = False
         try:
+            # One timer bounds both sides: an upstream that goes quiet and a client
+            # that stops reading (its write never drains) are dropped after idle_s.
             async with asyncio.timeout(idle_s) as idle:
                 while chunk := await read():
                     if first_data_s is None:
                         first_data_s = self.core.clock()
                     data = filt.feed(chunk)
                     if data:
+                        writing = True
                         await out_stream.write(data)
+                        writing = False
                     now = loop.time()
                     if now >= next_reschedule:  # idle bound exact to within a second
                         idle.reschedule(now + idle_s)
@@ -327,10 +384,17 @@ class Proxy:
             if rest:
                 await out_stream.write(rest)
         except (aiohttp.ClientError, TimeoutError) as exc:
+            if writing and isinstance(exc, TimeoutError):
+                log.info("slow_client_dropped", path=request.path, idle_s=idle_s)
+                if request.transport is not None:
+                    request.transport.abort()
+                return out_stream, _Outcome(499, None, 0)
             log.warning("upstream_stream_failed", error=type(exc).__name__)
             anthropic = request.path == "/v1/messages"
-            await out_stream.write(sse_error_event("upstream stream failed", anthropic))
-            await out_stream.write_eof()
+            with contextlib.suppress(ConnectionResetError, TimeoutError):
+                async with asyncio.timeout(_ERROR_WRITE_S):
+                    await out_stream.write(sse_error_event("upstream stream failed", anthropic))
+                    await out_stream.write_eof()
             return out_stream, _Outcome(502, None, 0)
         except ConnectionResetError:
             log.info("client_disconnected", path=request.path)

@@ -1,14 +1,29 @@
-"""The router's signing secret and control token, as files in the state directory.
+"""The router's signing secret and control credentials, as files in the state directory.
 
 The signing secret is generated on first start and persisted (mode 0600) so a
-restart keeps every issued identity valid.
+restart keeps every issued identity valid; the control credentials
+(:class:`RouterCredentials`) likewise, so id-tracker and kairosd keep theirs.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import hmac
 import os
+import secrets
+from collections.abc import Mapping
 from pathlib import Path
 
+from kairos_common.credentials import (
+    ADMIN_FILE,
+    DAEMON_KEY_FILE,
+    LIFECYCLE_FILE,
+    daemon_file,
+    discovery_root,
+    read_credential,
+    safe_instance_file_name,
+)
 from kairos_common.errors import ConfigError
 from kairos_common.identity import new_secret
 
@@ -36,10 +51,87 @@ def load_or_create_secret(path: Path) -> bytes:
 
 
 def read_token_file(path: Path) -> str:
-    try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigError(f"cannot read control token file {path}: {exc}") from exc
-    if not token:
-        raise ConfigError(f"control token file {path} is empty")
+    """The admin credential from ``--control-token-file``."""
+    return read_credential(path)
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically with mode 0600 (never world-readable)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(text + "\n")
+    os.replace(tmp, path)
+
+
+def _load_or_create_token(path: Path) -> str:
+    if path.is_file():
+        try:
+            return read_credential(path)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (delete it to have a new one generated)") from None
+    token = secrets.token_hex(32)
+    _write_private(path, token)
     return token
+
+
+class RouterCredentials:
+    """The router's admin, lifecycle and daemon credentials (SPEC §9).
+
+    Daemon credentials are derived, ``HMAC-SHA256(daemon.key, instance)``, so an
+    instance added at run time has one without any state, and one instance's
+    credential says nothing about another's. Files live in ``folder`` (0700, files
+    0600); :meth:`publish` makes them discoverable by port for local clients.
+    """
+
+    def __init__(self, folder: Path, admin_token: str | None = None) -> None:
+        self.folder = folder
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            os.chmod(folder, 0o700)
+            self.admin = (admin_token or _load_or_create_token(folder / ADMIN_FILE)).encode()
+            self.lifecycle = _load_or_create_token(folder / LIFECYCLE_FILE).encode()
+            self._daemon_key = _load_or_create_token(folder / DAEMON_KEY_FILE).encode()
+        except OSError as exc:
+            raise ConfigError(f"cannot create router credentials in {folder}: {exc}") from None
+        self._published: Path | None = None
+
+    def daemon_token(self, instance: str) -> bytes:
+        """The daemon credential of ``instance`` (hex, as bytes)."""
+        mac = hmac.new(self._daemon_key, b"kairos-daemon\0" + instance.encode(), hashlib.sha256)
+        return mac.hexdigest().encode()
+
+    def write_daemon_file(self, instance: str) -> None:
+        """Write ``daemon-<instance>.token`` (skipped for names unfit for a file)."""
+        if not safe_instance_file_name(instance):
+            return
+        try:
+            _write_private(
+                self.folder / daemon_file(instance), self.daemon_token(instance).decode()
+            )
+        except OSError:
+            return  # the derived credential still works; only the convenience file is missing
+
+    def publish(self, port: int, env: Mapping[str, str] | None = None) -> None:
+        """Point ``<discovery root>/<port>`` at the credentials folder (best effort)."""
+        link = discovery_root(env) / str(port)
+        try:
+            link.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tmp = link.with_name(f".{port}.{os.getpid()}.tmp")
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            tmp.symlink_to(self.folder.resolve(), target_is_directory=True)
+            os.replace(tmp, link)
+        except OSError:
+            return
+        self._published = link
+
+    def unpublish(self) -> None:
+        """Remove the discovery entry if it still points at this router's folder."""
+        link = self._published
+        self._published = None
+        if link is None:
+            return
+        with contextlib.suppress(OSError):
+            if link.is_symlink() and link.resolve() == self.folder.resolve():
+                link.unlink()

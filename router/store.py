@@ -6,6 +6,10 @@ because the signing secret is a file in the same state directory.
 
 All SQLite calls run on one dedicated worker thread (the connection is created
 and used only there), so the event loop never blocks on disk.
+
+A database SQLite cannot read (corrupt, or not a database at all) is renamed
+``router.sqlite3.corrupt-<unix time>`` with an error log naming it, and the router
+starts with an empty state instead of failing at every restart.
 """
 
 from __future__ import annotations
@@ -13,11 +17,16 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from router.errors import StateStoreError
+
+log = structlog.get_logger("kairos.router.store")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS agents (
@@ -38,23 +47,59 @@ class StateStore:
     def _open(self) -> sqlite3.Connection:
         if self._conn is None:
             try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                conn = sqlite3.connect(str(self.path), check_same_thread=False)
-                conn.execute("PRAGMA journal_mode=WAL")
-                conn.execute("PRAGMA synchronous=NORMAL")
-                conn.executescript(_SCHEMA)
+                self._conn = self._connect()
+            except sqlite3.DatabaseError as exc:
+                self._set_aside(exc)
+                try:
+                    self._conn = self._connect()
+                except (sqlite3.Error, OSError) as again:
+                    raise StateStoreError(
+                        f"cannot open router state {self.path}: {again}"
+                    ) from again
             except (sqlite3.Error, OSError) as exc:
                 raise StateStoreError(f"cannot open router state {self.path}: {exc}") from exc
-            self._conn = conn
         return self._conn
 
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(str(self.path), check_same_thread=False)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.executescript(_SCHEMA)
+            conn.execute("SELECT count(*) FROM agents").fetchone()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _set_aside(self, exc: Exception) -> None:
+        """Rename an unreadable database (and its WAL files) out of the way."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{int(time.time())}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{self.path}{suffix}")
+            if src.exists():
+                try:
+                    src.rename(Path(f"{aside}{suffix}"))
+                except OSError as err:
+                    raise StateStoreError(f"cannot set aside corrupt {src}: {err}") from err
+        log.error("state_database_corrupt_set_aside", path=str(self.path), moved_to=str(aside),
+                  error=str(exc), hint="starting with no persisted agents")  # fmt: skip
+
     def _load(self) -> list[dict[str, Any]]:
-        rows = self._open().execute("SELECT row FROM agents").fetchall()
+        try:
+            rows = self._open().execute("SELECT row FROM agents").fetchall()
+        except sqlite3.DatabaseError as exc:
+            self._set_aside(exc)
+            return []
         out: list[dict[str, Any]] = []
         for (text,) in rows:
             try:
                 obj = json.loads(text)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, TypeError, RecursionError):
                 continue
             if isinstance(obj, dict) and isinstance(obj.get("agent_id"), str):
                 out.append(obj)

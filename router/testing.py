@@ -17,13 +17,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from router.app import CORE_KEY, HEALTH_KEY, create_app
+from kairos_common.credentials import ADMIN_FILE, LIFECYCLE_FILE, daemon_file, discover_credential
+from router.app import (
+    BREAKERS_KEY,
+    CORE_KEY,
+    CREDENTIALS_KEY,
+    HEALTH_KEY,
+    create_app,
+    make_runner,
+    publish_credentials,
+)
+from router.breaker import CircuitBreakers
 from router.config import RouterConfig
 from router.core import RouterCore
 from router.health import HealthChecker
+from router.secrets_store import RouterCredentials
 
 
 @dataclass
@@ -39,6 +51,8 @@ class FakeBehaviour:
     capacity_tokens: int | None = 100_000
     healthy: bool = True
     model: str = "fake-model"
+    api_key: str | None = None
+    """Like ``vllm --api-key``: /v1/* answer 401 without ``Authorization: Bearer <key>``."""
 
 
 @dataclass
@@ -94,7 +108,15 @@ class FakeBackend:
     async def _health(self, _r: web.Request) -> web.Response:
         return web.Response(status=200 if self.behaviour.healthy else 503)
 
-    async def _models(self, _r: web.Request) -> web.Response:
+    def _unauthorised(self, request: web.Request) -> web.Response | None:
+        key = self.behaviour.api_key
+        if key is None or request.headers.get("Authorization") == f"Bearer {key}":
+            return None
+        return web.json_response({"error": "Unauthorized"}, status=401)
+
+    async def _models(self, r: web.Request) -> web.Response:
+        if (refused := self._unauthorised(r)) is not None:
+            return refused
         return web.json_response(
             {"object": "list", "data": [{"id": self.behaviour.model, "object": "model"}]}
         )
@@ -110,6 +132,8 @@ class FakeBackend:
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 
     async def _infer(self, request: web.Request) -> web.StreamResponse:
+        if (refused := self._unauthorised(request)) is not None:
+            return refused
         body = await request.json()
         b = self.behaviour
         if self.record:
@@ -214,9 +238,40 @@ class RunningRouter:
     core: RouterCore
     health: HealthChecker
     runner: web.AppRunner
+    credentials: RouterCredentials
+    breakers: CircuitBreakers
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.credentials.admin.decode()}"}
+
+    @property
+    def lifecycle_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.credentials.lifecycle.decode()}"}
+
+    def daemon_headers(self, instance: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.credentials.daemon_token(instance).decode()}"}
 
     async def stop(self) -> None:
         await self.runner.cleanup()
+
+
+def role_headers(url: str, method: str) -> dict[str, str]:
+    """The credential a well-behaved caller of ``method url`` would send: admin for
+    ``/admin``, the instance's daemon for decisions, lifecycle for agent writes,
+    none for reads. Found through the router's published files
+    (:func:`kairos_common.credentials.discover_credential`), as clients do."""
+    path = urlsplit(url).path
+    if method == "GET":
+        return {}
+    if "/admin/" in path or path.endswith("/admin"):
+        name = ADMIN_FILE
+    elif path.endswith("/decision"):
+        name = daemon_file(path.split("/")[-2])
+    else:
+        name = LIFECYCLE_FILE
+    token = discover_credential(url, name)
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 class ManualClock:
@@ -242,11 +297,17 @@ async def start_router(
     """Start a router without background timers (tests drive health checks)."""
     config = RouterConfig(backends=tuple(backends), state_dir=state_dir, **overrides)
     app = create_app(config, clock=clock, background=False)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = make_runner(app)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    publish_credentials(app, port)
     return RunningRouter(
-        url=f"http://127.0.0.1:{port}", core=app[CORE_KEY], health=app[HEALTH_KEY], runner=runner
+        url=f"http://127.0.0.1:{port}",
+        core=app[CORE_KEY],
+        health=app[HEALTH_KEY],
+        runner=runner,
+        credentials=app[CREDENTIALS_KEY],
+        breakers=app[BREAKERS_KEY],
     )

@@ -45,6 +45,7 @@ SCRIPT = str(Path(__file__).resolve())
 ROOT = Path(SCRIPT).parents[1]
 sys.path.insert(0, str(ROOT))
 
+from kairos_common.credentials import LIFECYCLE_FILE, discover_credential  # noqa: E402
 from kairos_common.identity import compose_key  # noqa: E402
 from router.testing import FakeBackend  # noqa: E402
 
@@ -215,10 +216,13 @@ def _pct(values: list[float], q: float) -> float:
 
 
 async def _agent_keys(router_url: str, n: int) -> list[str]:
+    """Register ``n`` agents with the lifecycle credential, as id-tracker does."""
+    token = discover_credential(router_url, LIFECYCLE_FILE)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     async with aiohttp.ClientSession() as s:
         keys = []
         for _ in range(n):
-            async with s.post(router_url + "/kairos/v1/agents", json={}) as r:
+            async with s.post(router_url + "/kairos/v1/agents", json={}, headers=headers) as r:
                 keys.append(compose_key((await r.json())["token"], "sk-bench"))
         return keys
 

@@ -21,9 +21,12 @@ class SimAgent:
         "arrival_s",
         "context_tokens",
         "decode_tokens",
+        "estimated_context_tokens",
         "held",
+        "in_flight",
         "instance",
         "instances",
+        "last_end_s",
         "llm_time_s",
         "max_context_tokens",
         "next_turn",
@@ -36,13 +39,28 @@ class SimAgent:
         "waiting_since_s",
     )
 
-    def __init__(self, program: AgentProgram, arrival_s: float, instance: int) -> None:
+    def __init__(
+        self,
+        program: AgentProgram,
+        arrival_s: float,
+        instance: int,
+        estimated_context_tokens: int | None = None,
+    ) -> None:
         self.program = program
+        self.estimated_context_tokens = (
+            program.turns[0].prompt_tokens
+            if estimated_context_tokens is None
+            else estimated_context_tokens
+        )
+        """What the router can size a new agent by: its first (held) prompt, bounded
+        by the model's length (:func:`controllers.admission.new_agent_tokens`)."""
         self.arrival_s = arrival_s
         self.instance = instance
         self.instances: list[int] = [instance]
         self.admitted = False
         self.held = False
+        self.in_flight = False
+        self.last_end_s: float | None = None
         self.context_tokens: int | None = None
         self.decode_tokens = 0
         self.prompt_tokens = 0
@@ -63,11 +81,6 @@ class SimAgent:
     def turn(self) -> Turn:
         return self.program.turns[self.next_turn]
 
-    @property
-    def estimated_context_tokens(self) -> int:
-        """What the router can size a new agent by: its first (held) prompt."""
-        return self.program.turns[0].prompt_tokens
-
     def usage_tokens(self) -> int:
         """``C_a`` or, before its first completion, the held prompt's size."""
         if self.context_tokens is not None:
@@ -84,6 +97,8 @@ class SimAgent:
             llm_time_s=self.llm_time_s,
             completed_steps=self.steps,
             waiting_since_s=None if self.admitted else self.waiting_since_s,
+            in_flight=self.in_flight,
+            last_active_s=self.last_end_s,
         )
 
     def complete(self, t_s: float, prompt_tokens: int, output_tokens: int) -> None:
@@ -92,6 +107,8 @@ class SimAgent:
         self.prompt_tokens += prompt_tokens
         self.llm_time_s += t_s - self.release_s
         self.steps += 1
+        self.in_flight = False
+        self.last_end_s = t_s
         self.context_tokens = prompt_tokens + output_tokens
         self.max_context_tokens = max(self.max_context_tokens, self.context_tokens)
         self.next_turn += 1

@@ -18,6 +18,14 @@ import typer
 
 from controllers import KairosConfig, ReassignmentConfig, make_controller, make_placement_policy
 from controllers.errors import ControllerError
+from kairos_common.cli import (
+    LogLevelOpt,
+    check_fixed_clock,
+    check_log_level,
+    check_positive,
+    check_slo,
+    fail,
+)
 from kairos_common.config import load_config
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
@@ -27,6 +35,7 @@ from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset
 from simulator.runner import SimResult, SimSpec, result_json, run_many, run_sim, write_jsonl
 
 log = structlog.get_logger()
+PROG = "kairos sim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,46 +84,68 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
 
 
 def _validate(cfg: SimCliConfig) -> None:
-    if cfg.rate <= 0 and cfg.arrivals is None:
-        raise ConfigError("--rate must be positive")
-    if cfg.duration_s <= 0:
-        raise ConfigError("--duration-s must be positive")
+    """Every value checked before any work, each error naming its flag."""
+    if cfg.arrivals is None:
+        check_positive(cfg.rate, "--rate", " of arrivals per second")
+    check_positive(cfg.duration_s, "--duration-s", " of seconds")
+    check_positive(cfg.epoch_s, "--epoch-s", " of seconds (omit for the preset's)")
+    check_positive(cfg.think_cap_s, "--think-cap-s", " of seconds")
+    check_slo(cfg.slo)
     if cfg.instances < 1:
-        raise ConfigError("--instances must be at least 1")
-    if cfg.slo < 0:
-        raise ConfigError("--slo must be >= 0")
+        raise ConfigError(f"--instances {cfg.instances}: expected at least 1")
+    if not 0 <= cfg.seed < 2**32:
+        raise ConfigError(f"--seed {cfg.seed}: expected an integer from 0 to {2**32 - 1}")
+    if cfg.processes < 0:
+        raise ConfigError(f"--processes {cfg.processes}: expected 0 (one per CPU) or more")
+    if cfg.arrivals is not None and not cfg.arrivals.is_file():
+        raise ConfigError(f"--arrivals {cfg.arrivals}: no such file")
+    if cfg.out.exists() and not cfg.out.is_dir():
+        raise ConfigError(f"--out {cfg.out}: exists and is not a directory")
 
 
 def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+TABLE_NOTE = (
+    "SLO %: agents meeting the SLO; boost %: epochs at the SLO boost clock; "
+    "pend s: mean admission wait;\n"
+    "recomp tok: tokens recomputed after preemption; "
+    "agents/inst: mean concurrent agents per instance."
+)
+
+
 def summary_table(results: list[SimResult]) -> str:
-    """Side-by-side table of the headline metrics, one row per policy."""
+    """Side-by-side table of the headline metrics, one row per policy (percentages
+    as in ``kairos report``), with a note that explains the less obvious columns."""
     head = (
         f"{'policy':14s} {'avg W':>7s} {'J/tok':>6s} {'kJ/job':>7s} {'P5 tok/s':>8s} "
-        f"{'SLO att':>7s} {'jobs/s':>7s} {'done':>5s} {'preempt':>7s} {'recomp tok':>11s} "
-        f"{'boost':>5s} {'pend s':>6s} {'conc':>5s}"
+        f"{'SLO %':>6s} {'jobs/s':>7s} {'done':>5s} {'preempt':>7s} {'recomp tok':>11s} "
+        f"{'boost %':>7s} {'pend s':>6s} {'agents/inst':>11s}"
     )
     lines = [head, "-" * len(head)]
     for r in results:
         s = r.summary
         epj = s.energy_j / s.completed_agents / 1e3 if s.completed_agents else None
+        att = None if s.slo_attainment is None else s.slo_attainment * 100.0
         lines.append(
             f"{s.policy:14s} {s.avg_power_w:7.1f} {_fmt(s.energy_per_output_token_j, '6.3f')} "
             f"{_fmt(epj, '7.2f')} {_fmt(s.p5_agent_throughput_tok_s, '8.1f')} "
-            f"{_fmt(s.slo_attainment, '7.2f')} {s.job_throughput_per_s:7.4f} "
+            f"{_fmt(att, '6.1f')} {s.job_throughput_per_s:7.4f} "
             f"{s.completed_agents:5d} {s.preemptions:7d} {s.recomputed_tokens:11,d} "
-            f"{s.boost_fraction:5.2f} {_fmt(s.mean_pending_s, '6.1f')} "
-            f"{r.run.counters.get('mean_ongoing_per_instance', 0.0):5.1f}"
+            f"{s.boost_fraction * 100.0:7.1f} {_fmt(s.mean_pending_s, '6.1f')} "
+            f"{r.run.counters.get('mean_ongoing_per_instance', 0.0):11.1f}"
         )
+    lines.append(TABLE_NOTE)
     return "\n".join(lines)
 
 
 def _run(cfg: SimCliConfig, as_json: bool) -> list[SimResult]:
     specs = _specs(cfg)
     for spec in specs:  # fail fast on bad names before spawning processes
-        make_controller(spec.policy, control_levels(spec.preset, spec.policy))
+        levels = control_levels(spec.preset, spec.policy)
+        check_fixed_clock(spec.policy, levels.clocks_mhz, f"preset {spec.preset.name}")
+        make_controller(spec.policy, levels)
         make_placement_policy(spec.placement)
     show = not as_json and sys.stderr.isatty()
     if len(specs) == 1:
@@ -139,6 +170,18 @@ def _run(cfg: SimCliConfig, as_json: bool) -> list[SimResult]:
         return run_many(specs, procs, on_done=lambda _r: bar.update(1))
 
 
+def _write(results: list[SimResult], cfg: SimCliConfig) -> None:
+    """Records, and plots named like ``kairos report --plots`` names them."""
+    paths = [write_jsonl(r, cfg.out) for r in results]
+    if cfg.plots:
+        from simulator.plots import plot_compare, plot_run
+
+        for r, p in zip(results, paths, strict=True):
+            plot_run(r, p.with_suffix(".png"))
+        if len(results) > 1:
+            plot_compare(results, cfg.out / "compare.png")
+
+
 HELP: dict[str, str] = {
     "workload": "'paper' (synthetic mini-swe-agent, default) or 'trace:PATH'",
     "rate": "agent arrivals per second, Poisson (default 0.08)",
@@ -161,7 +204,6 @@ HELP: dict[str, str] = {
     "processes": "parallel processes for --compare (default 0: one per CPU)",
     "config": "TOML file with these settings (keys = flag names with _; env KAIROS_SIM_*)",
     "as_json": "print one JSON object per policy (a list when several)",
-    "log_level": "log level (default warning)",
 }
 
 Opt = typer.Option
@@ -189,10 +231,13 @@ def register(app: typer.Typer) -> None:
         processes: Annotated[int | None, Opt(help=HELP["processes"])] = None,
         config: Annotated[Path | None, Opt(help=HELP["config"])] = None,
         as_json: Annotated[bool, Opt("--json", help=HELP["as_json"])] = False,
-        log_level: Annotated[str, Opt(help=HELP["log_level"])] = "warning",
+        log_level: LogLevelOpt = None,
     ) -> None:
         """Simulate agents on vLLM instances under power policies (virtual time)."""
-        configure_logging(log_level)
+        try:
+            configure_logging(check_log_level(log_level) or "warning")
+        except ConfigError as exc:
+            fail(PROG, str(exc))
         overrides = {
             "workload": workload,
             "rate": rate,
@@ -214,21 +259,20 @@ def register(app: typer.Typer) -> None:
         }
         try:
             cfg = load_config(
-                SimCliConfig, path=config, env_prefix="KAIROS_SIM", overrides=overrides
+                SimCliConfig,
+                path=config,
+                env_prefix="KAIROS_SIM",
+                overrides=overrides,
+                strict_env=True,
             )
             _validate(cfg)
             results = _run(cfg, as_json)
         except (ConfigError, SimulatorError, ControllerError) as exc:
-            typer.echo(f"kairos sim: {exc}", err=True)
-            raise typer.Exit(2) from None
-        paths = [write_jsonl(r, cfg.out) for r in results]
-        if cfg.plots:
-            from simulator.plots import plot_compare, plot_run
-
-            for r, p in zip(results, paths, strict=True):
-                plot_run(r, p.with_suffix(".png"))
-            if len(results) > 1:
-                plot_compare(results, cfg.out / "compare.png")
+            fail(PROG, str(exc))
+        try:
+            _write(results, cfg)
+        except OSError as exc:
+            fail(PROG, f"--out {cfg.out}: cannot write: {exc.strerror or exc}")
         log.info("sim.done", out=str(cfg.out), runs=len(results))
         if as_json:
             objs = [result_json(r) for r in results]

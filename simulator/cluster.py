@@ -43,9 +43,17 @@ from controllers import (
     ReassignmentConfig,
     ReassignmentRule,
     RequestObservation,
+    kairos_config_for,
     levels_for,
     make_controller,
     make_placement_policy,
+)
+from controllers.admission import (
+    HeldAgent,
+    InstanceGate,
+    new_agent_tokens,
+    place,
+    rehome_held,
 )
 from reporting.records import AgentRecord, EpochRecord
 from simulator.agents import SimAgent
@@ -170,6 +178,9 @@ class Cluster:
             else None
         )
         self.fleet = FleetBudget(config.fleet_budget) if config.fleet_budget else None
+        # The router's admission rule for this deployment (router/admission.py).
+        self.admission_rule = kairos_config_for(config.policy, config.kairos).admission_rule
+        self.held_moves = 0
         self.epochs: list[EpochRecord] = []
         self.agents_done: list[AgentRecord] = []
         self.started_agents = 0
@@ -227,32 +238,62 @@ class Cluster:
             for inst in self.instances
         ]
 
+    def gates(self) -> list[InstanceGate]:
+        """What fleet admission sees of each instance (as the router builds it)."""
+        return [
+            InstanceGate(
+                load,
+                held=len(inst.pending),
+                defer=inst.decision is not None and inst.decision.defer_admissions,
+                admission_control=inst.controller.admission_control,
+            )
+            for inst, load in zip(self.instances, self._loads(), strict=True)
+        ]
+
     def _on_arrival(self, t: float, program: AgentProgram, parent: str | None) -> None:
         self.started_agents += 1
         for child in program.children:
             self._push(t + child.offset_s, _ARRIVAL, (child, program.agent_id))
-        req = PlacementRequest(program.agent_id, self._placements, program.turns[0].prompt_tokens)
+        size = self._size_of(program)
+        req = PlacementRequest(program.agent_id, self._placements, size)
         self._placements += 1
-        name = self.placement.place(req, self._loads())
-        inst = self.instances[self.names.index(name)]
-        agent = SimAgent(program, t, inst.index)
+        choice = place(self.placement, req, self.gates(), self.admission_rule)
+        inst = self.instances[self.names.index(choice.instance)]
+        agent = SimAgent(program, t, inst.index, size)
         agent.held = True
-        if not inst.pending and self._fast_path_admits(inst, agent, t):
+        if choice.admit_now:
             self._admit(inst, agent, t)
         else:
             inst.pending.append(agent)
 
-    def _fast_path_admits(self, inst: _Instance, agent: SimAgent, t: float) -> bool:
-        """The router's immediate admission: same rule as the controller's."""
-        if inst.decision is not None and inst.decision.defer_admissions:
-            return False
-        admissions = getattr(inst.controller, "admissions", None)
-        if admissions is None:
-            return True
-        snap = self._snapshot(inst, t, pending=(agent,))
-        usage = inst.controller.usage(snap) if hasattr(inst.controller, "usage") else 0
-        admitted, _ = admissions(snap, usage)
-        return agent.agent_id in admitted
+    def _size_of(self, program: AgentProgram) -> int:
+        """A newcomer sized as the router sizes it: its first prompt, bounded."""
+        params = self.preset.engine
+        limit = min(params.max_model_len, params.kv_capacity_tokens)
+        return new_agent_tokens(program.turns[0].prompt_tokens, 0, limit)
+
+    def _rehome_held(self, t: float) -> None:
+        """Held agents another instance admits now move there (fleet admission)."""
+        if not any(inst.pending for inst in self.instances):
+            return
+        held = sorted(
+            ((a.waiting_since_s, a) for inst in self.instances for a in inst.pending),
+            key=lambda pair: pair[0],
+        )
+        views = [HeldAgent(a.agent_id, self.names[a.instance], a.usage_tokens()) for _, a in held]
+        moves = rehome_held(
+            self.placement, views, self.gates(), self.admission_rule, self._placements
+        )
+        by_id = {a.agent_id: a for _, a in held}
+        for move in moves:
+            agent = by_id[move.agent_id]
+            self.instances[agent.instance].pending.remove(agent)
+            target = self.instances[self.names.index(move.target)]
+            agent.instance = target.index
+            agent.instances.append(target.index)
+            self.held_moves += 1
+            self._admit(target, agent, t)
+        self._placements += len(moves)
 
     def _admit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
         agent.admitted = True
@@ -266,6 +307,7 @@ class Cluster:
     def _submit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
         turn = agent.turn
         rid = f"{agent.agent_id}/{agent.next_turn}/{next(self._req_ids)}"
+        agent.in_flight = True
         self._by_request[rid] = agent
         inst.engine.submit(
             EngineRequest(
@@ -315,6 +357,7 @@ class Cluster:
         if isinstance(ev, RequestRejected):
             inst.ongoing.pop(agent.agent_id, None)
             self.agents_done.append(self._record(agent, t, "rejected"))
+            self._rehome_held(t)
             return
         assert isinstance(ev, RequestFinished)
         inst.observations.append(self._observation(inst, ev))
@@ -326,6 +369,7 @@ class Cluster:
             self.agents_done.append(self._record(agent, t, "end"))
         else:
             self._push(t + agent.turn.think_s, _RELEASE, agent)
+        self._rehome_held(t)  # usage changed: as the router does after every completion
 
     @staticmethod
     def _observation(inst: _Instance, ev: RequestFinished) -> RequestObservation:
@@ -385,6 +429,7 @@ class Cluster:
                 for agent in [a for a in inst.pending if a.agent_id in admit]:
                     inst.pending.remove(agent)
                     self._admit(inst, agent, t)
+        self._rehome_held(t)
         if self.progress is not None:
             self.progress(t)
         if t + self.epoch_s <= self.config.duration_s + 1e-9:

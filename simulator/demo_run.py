@@ -1,17 +1,22 @@
 """One policy run of the CPU end-to-end stack, and its summary.
 
-``make demo`` and the end-to-end test both call :func:`run_policy` once per
-policy on identical arrivals: start the stack (:mod:`simulator.stack`), launch
-agents through ``id-tracker`` (:mod:`simulator.agent_driver`) for a fixed
-window, stop everything, and summarise the daemons' power reports and the
-router's agent records with the shared metric definitions
-(:mod:`reporting.metrics`). The window has the same length for every policy
-(arrivals plus a drain period), so energy and average power compare directly.
+``make demo`` and the end-to-end tests call :func:`run_policies` (every policy
+side by side on identical arrivals, one stack each) or :func:`run_policy` (one):
+choose the speed-up this machine holds (:func:`calibrated`), start the stack
+(:mod:`simulator.stack`), start the agents before the clock
+(:mod:`simulator.agent_driver`), run a fixed window, stop everything, and
+summarise the daemons' power reports and the router's agent records with the
+shared metric definitions (:mod:`reporting.metrics`). The window has the same
+length for every policy (arrivals plus a drain period), so energy and average
+power compare directly. Each result carries the run's measured lag
+(:class:`~simulator.selfcheck.LagReport`): when ``result.lag.valid`` is false
+the numbers describe the machine, not the policy.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +27,13 @@ from reporting.records import AgentRecord, EpochRecord, read_records
 from reporting.report import Group
 from simulator.agent_driver import DriverConfig, DriverResult, drive
 from simulator.arrivals import poisson_arrivals
+from simulator.selfcheck import (
+    LagReport,
+    choose_speedup,
+    epoch_lateness_s,
+    probe_machine,
+    step_lag_s,
+)
 from simulator.stack import StackConfig, running_stack, to_simulated_units
 from simulator.workload import AgentProgram, Workload
 
@@ -35,6 +47,12 @@ class DemoConfig:
     window_s: float = 1200.0
     drain_s: float = 400.0
     speedup: float = 20.0
+    """The largest time acceleration to use; with ``auto_speedup`` the machine may
+    get less (:func:`calibrated`)."""
+    auto_speedup: bool = True
+    min_speedup: float = 4.0
+    """With ``auto_speedup``, never slower than this (the demo's time budget);
+    the self-check says when the machine cannot hold it."""
     instances: int = 2
     preset: str = "h100-nvl-qwen3-30b-small-kv"
     slo_tok_s: float = 20.0
@@ -57,6 +75,26 @@ class PolicyResult:
     agents: list[AgentRecord] = field(default_factory=list)
     plot: Path | None = None
     workdir: Path = Path()
+    lag: LagReport | None = None
+    speedup: float = 0.0
+
+    @property
+    def done(self) -> int:
+        """Agents that ended with status 0 (router records)."""
+        return sum(1 for a in self.agents if a.exit_code == 0)
+
+    def headline(self) -> dict[str, float | int | None]:
+        """The ``demo-summary`` fields of this policy (simulated-GPU units)."""
+        s = self.summary
+        return {
+            "avg_power_w": round(s.avg_power_w, 2),
+            "energy_per_output_token_j": _round(s.energy_per_output_token_j, 4),
+            "p5_agent_throughput_tok_s": _round(s.p5_agent_throughput_tok_s, 2),
+            "slo_attainment": _round(s.slo_attainment, 4),
+            "agents_arrived": self.driver.launched,
+            "agents_done": self.done,
+            "max_lag_s": None if self.lag is None else round(self.lag.max_s, 3),
+        }
 
     @property
     def admitted(self) -> int:
@@ -73,6 +111,31 @@ class PolicyResult:
     @property
     def deferred_epochs(self) -> int:
         return sum(1 for e in self.epochs if e.deferred)
+
+
+def _round(x: float | None, digits: int) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+async def calibrated(cfg: DemoConfig, stacks: int = 1) -> DemoConfig:
+    """``cfg`` with the speed-up this machine holds now for ``stacks`` stacks at
+    once (at most ``cfg.speedup``, at least ``cfg.min_speedup``), fixed, so
+    every policy of one comparison runs at the same one."""
+    if not cfg.auto_speedup:
+        return cfg
+    probe = await probe_machine()
+    speedup = choose_speedup(cfg.speedup, probe, stacks=stacks, min_speedup=cfg.min_speedup)
+    return dataclasses.replace(cfg, speedup=speedup, auto_speedup=False)
+
+
+async def run_policies(
+    cfg: DemoConfig, policies: list[str], arrivals: list[tuple[float, AgentProgram]]
+) -> list[PolicyResult]:
+    """Run every policy on the same arrivals *at the same time*, one stack each:
+    the machine's load falls on all of them alike, and the comparison takes the
+    wall time of one run."""
+    cfg = await calibrated(cfg, stacks=len(policies))
+    return list(await asyncio.gather(*(run_policy(cfg, p, arrivals) for p in policies)))
 
 
 def arrivals_for(cfg: DemoConfig, workload: Workload) -> list[tuple[float, AgentProgram]]:
@@ -95,7 +158,9 @@ def _load(
 async def run_policy(
     cfg: DemoConfig, policy: str, arrivals: list[tuple[float, AgentProgram]]
 ) -> PolicyResult:
-    """Run ``policy`` on ``arrivals`` for the fixed window; summarise it."""
+    """Run ``policy`` on ``arrivals`` for the fixed window; summarise it and
+    measure the run's lag (``result.lag``; check ``result.lag.valid``)."""
+    cfg = await calibrated(cfg)
     workdir = cfg.out_dir / policy.replace(":", "-")
     stack_cfg = StackConfig(
         workdir=workdir,
@@ -109,7 +174,6 @@ async def run_policy(
     )
     window_real_s = (cfg.window_s + cfg.drain_s) / cfg.speedup
     async with running_stack(stack_cfg) as stack:
-        t0 = time.time()
         driver = await drive(
             DriverConfig(
                 router_url=stack.router_url, speedup=cfg.speedup, deadline_real_s=window_real_s
@@ -117,9 +181,11 @@ async def run_policy(
             arrivals,
             workdir / "agents.log",
         )
+        t0 = driver.t0_unix_s
         # A fixed window for every policy, even when its agents finished early.
         await asyncio.sleep(max(0.0, t0 + window_real_s - time.time()))
         t1 = time.time()
+        step_lag = await step_lag_s(stack.vllm_urls)
     epochs, agents = _load(workdir, cfg.instances, t0, t1)
     completed = [a for a in agents if a.exit_code == 0]
     real = summarize(
@@ -129,6 +195,12 @@ async def run_policy(
         Group(policy=policy, run=policy, epochs=epochs, agents=completed),
         workdir / f"{policy.replace(':', '-')}.png",
     )
+    lag = LagReport(
+        speedup=cfg.speedup,
+        arrival_s=driver.max_late_s * cfg.speedup,
+        epoch_s=epoch_lateness_s(epochs, stack_cfg.epoch_s / cfg.speedup) * cfg.speedup,
+        step_s=step_lag * cfg.speedup,
+    )
     return PolicyResult(
         policy=policy,
         summary=to_simulated_units(real, cfg.speedup),
@@ -137,6 +209,8 @@ async def run_policy(
         agents=agents,
         plot=plot,
         workdir=workdir,
+        lag=lag,
+        speedup=cfg.speedup,
     )
 
 

@@ -162,6 +162,12 @@ class _EngineCollector(Collector):
             c.prefill_reused_tokens,
         )
         counter("vllm:num_preemptions", "Cumulative number of preemptions.", c.preemptions)
+        # Not a vLLM metric: the fake's own self-check of its time acceleration.
+        gauge(
+            "kairos_fake_step_lag_max_seconds",
+            "Largest real delay of a timed engine step behind its due time.",
+            f.rt.max_step_lag_s,
+        )
         counter(
             "vllm:request_success", "Count of successfully processed requests.", c.finished_requests
         )

@@ -11,9 +11,23 @@ import structlog
 import typer
 from aiohttp import web
 
+from kairos_common.cli import (
+    LogJsonOpt,
+    LogLevelOpt,
+    check_can_listen,
+    check_log_level,
+    check_port,
+    check_positive,
+    fail,
+    listen_error,
+)
+from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
+from simulator.errors import SimulatorError
 from simulator.fakevllm import DEFAULT_MODEL, FakeVllm, FakeVllmConfig, make_app
 from simulator.presets import DEFAULT_PRESET, PRESET_NAMES
+
+PROG = "kairos fake-vllm"
 
 
 async def serve(fake: FakeVllm, host: str, port: int, port_file: Path | None) -> None:
@@ -76,21 +90,36 @@ def register(app: typer.Typer) -> None:
         kv_capacity_tokens: int | None = typer.Option(
             None, help="Override the preset's KV cache capacity in tokens."
         ),
-        log_level: str = typer.Option("info", help="Log level."),
+        log_level: LogLevelOpt = None,
+        log_json: LogJsonOpt = None,
     ) -> None:
         """Run a fake vLLM OpenAI server whose timing and power come from the simulator.
 
         It also hosts a simulated GPU under /kairos-sim/gpus that
         `kairosd --gpu-backend sim` controls.
         """
-        configure_logging(log_level)
-        cfg = FakeVllmConfig(
-            model=model,
-            preset=preset,
-            speedup=speedup,
-            api_key=api_key,
-            enable_prompt_tokens_details=enable_prompt_tokens_details,
-            disable_log_stats=disable_log_stats,
-            kv_capacity_tokens=kv_capacity_tokens,
-        )
-        asyncio.run(serve(FakeVllm(cfg), host, port, port_file))
+        try:
+            configure_logging(check_log_level(log_level) or "info", log_json)
+            check_positive(speedup, "--speedup", " of simulated seconds per real second")
+            if kv_capacity_tokens is not None and kv_capacity_tokens <= 0:
+                raise ConfigError(f"--kv-capacity-tokens {kv_capacity_tokens}: expected > 0")
+            check_port(port, "--port")
+            if port_file is not None and not port_file.parent.is_dir():
+                raise ConfigError(f"--port-file {port_file}: its directory does not exist")
+            cfg = FakeVllmConfig(
+                model=model,
+                preset=preset,
+                speedup=speedup,
+                api_key=api_key,
+                enable_prompt_tokens_details=enable_prompt_tokens_details,
+                disable_log_stats=disable_log_stats,
+                kv_capacity_tokens=kv_capacity_tokens,
+            )
+            fake = FakeVllm(cfg)
+            check_can_listen(host, port, "--port")
+        except (ConfigError, SimulatorError) as exc:
+            fail(PROG, str(exc))
+        try:
+            asyncio.run(serve(fake, host, port, port_file))
+        except OSError as exc:  # lost the race for the port after the check above
+            fail(PROG, listen_error(host, port, exc))

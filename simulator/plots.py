@@ -12,6 +12,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from reporting.plots import LEGEND_OUTSIDE
 from reporting.records import EpochRecord
 from simulator.runner import SimResult
 
@@ -45,13 +46,13 @@ def plot_run(result: SimResult, path: Path) -> Path:
     if result.epochs:
         cap = result.epochs[0].capacity_tokens / 1000.0
         ax_u.axhline(cap, color="k", ls="--", lw=0.8, label="KV capacity")
-        ax_u.legend(loc="upper right", fontsize=8)
+        ax_u.legend(**LEGEND_OUTSIDE)
     ax_p.set_ylabel("power (W)")
     ax_f.set_ylabel("SM clock (MHz)\n(dots: SLO boost)")
     ax_u.set_ylabel("aggregate context\n(k tokens)")
     ax_u.set_xlabel("time (min)")
     if len(groups) > 1:
-        ax_p.legend(loc="upper right", fontsize=8, ncols=min(4, len(groups)))
+        ax_p.legend(**LEGEND_OUTSIDE)
     s = result.summary
     fig.suptitle(
         f"{s.policy} — {result.spec.workload_label}, {result.spec.rate_per_s:g} jobs/s, "
@@ -83,7 +84,7 @@ def plot_compare(results: Sequence[SimResult], path: Path) -> Path:
     ax_p.set_ylabel("total power (W)")
     ax_u.set_ylabel("aggregate context (k tokens)")
     ax_u.set_xlabel("time (min)")
-    ax_p.legend(loc="upper right", fontsize=8)
-    ax_u.legend(loc="upper right", fontsize=8)
+    ax_p.legend(**LEGEND_OUTSIDE)
+    ax_u.legend(**LEGEND_OUTSIDE)
     fig.savefig(path, dpi=110)
     return path

@@ -52,6 +52,10 @@ class RealtimeEngine:
         self._queues: dict[str, asyncio.Queue[EngineEvent]] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.max_step_lag_s = 0.0
+        """Largest real delay between a timed wake-up and the step it ran
+        (self-check: the time acceleration is only honest while this stays small)."""
+        self.steps = 0
 
     # ------------------------------------------------------------------ time
     def now_s(self) -> float:
@@ -173,5 +177,9 @@ class RealtimeEngine:
             if delay is None:
                 await self._wake.wait()
                 continue
-            with contextlib.suppress(TimeoutError):
+            due = self._clock() + max(delay, 0.001)
+            try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(delay, 0.001))
+            except TimeoutError:
+                self.steps += 1
+                self.max_step_lag_s = max(self.max_step_lag_s, self._clock() - due)

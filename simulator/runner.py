@@ -20,7 +20,7 @@ from typing import Any
 
 from controllers import KairosConfig, ReassignmentConfig
 from reporting.metrics import Summary, summarize
-from reporting.records import AgentRecord, EpochRecord, JsonlWriter, RunRecord
+from reporting.records import AgentRecord, EpochRecord, JsonlWriter, RunRecord, file_slug
 from simulator.arrivals import poisson_arrivals, replay_arrivals
 from simulator.cluster import Cluster, ClusterConfig
 from simulator.errors import WorkloadError
@@ -195,7 +195,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
 def write_jsonl(result: SimResult, out_dir: Path) -> Path:
     """Write run + epoch + agent records to ``out_dir/<run>.jsonl`` (replacing it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"{_slug(result.spec.policy)}.jsonl"
+    path = out_dir / f"{file_slug(result.spec.policy)}.jsonl"
     path.unlink(missing_ok=True)
     with JsonlWriter(path) as writer:
         writer.write(result.run)
@@ -204,10 +204,6 @@ def write_jsonl(result: SimResult, out_dir: Path) -> Path:
         for a in result.agents:
             writer.write(a)
     return path
-
-
-def _slug(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in text)
 
 
 def run_many(

@@ -1,6 +1,6 @@
 """Run the whole Kairos stack on this machine, on CPU: fake vLLM instances with
-simulated GPUs, one ``kairosd`` per instance (``sim`` backend), the router, and
-agents launched through ``id-tracker``.
+simulated GPUs, one ``kairosd`` per instance (``sim`` backend) and the router;
+:mod:`simulator.agent_driver` adds the agents.
 
 Every component is a real process started through its real CLI, bound to
 127.0.0.1 on a free port, and stopped (SIGTERM, then SIGKILL after a grace

@@ -201,6 +201,10 @@ class ZeusBackend:
     async def _call(self, fn: Callable[[], T]) -> T:
         return await self._caller.call(fn)
 
+    async def wait_idle(self) -> None:
+        """Until no NVML call is in flight (shutdown waits on this before resetting)."""
+        await self._caller.wait_idle()
+
     def _read_one(self, i: int) -> GpuStatus:
         g = self._gpus
         if i not in self._energy_ok:

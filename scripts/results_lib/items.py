@@ -1,4 +1,4 @@
-"""The nine items of issue 9, in document order: name, title, tasks, build, render."""
+"""The items of docs/results.md, in document order: name, title, tasks, build, render."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from scripts.results_lib import items_claude as cc
 from scripts.results_lib import items_multi as m
 from scripts.results_lib import items_oracle as o
 from scripts.results_lib import items_single as s
@@ -113,6 +114,14 @@ ITEMS: tuple[Item, ...] = (
         m.robust_tasks,
         m.robust_build,
         _plain(m.robust_render),
+    ),
+    Item(
+        10,
+        "claude",
+        "Long-context coding agents: Claude Code sessions on four instances",
+        cc.claude_tasks,
+        cc.claude_build,
+        _plain(cc.claude_render),
     ),
 )
 

@@ -54,7 +54,11 @@ def example_kairosd_configs() -> list[KairosdConfig]:
 def test_the_expected_files_are_shipped() -> None:
     names = {p.name for p in UNIT_FILES}
     assert {"kairosd@.service", "kairos-router.service", "vllm@.service"} <= names
-    assert {p.name for p in DROPIN_FILES} >= {"kairosd-zeusd.conf", "kairos-control-token.conf"}
+    assert {p.name for p in DROPIN_FILES} >= {
+        "kairosd-zeusd.conf",
+        "kairos-control-token.conf",
+        "kairosd-router-credential.conf",
+    }
 
 
 @pytest.mark.parametrize("path", UNIT_FILES + DROPIN_FILES, ids=lambda p: p.name)
@@ -151,20 +155,27 @@ def test_zeusd_dropin_runs_kairosd_unprivileged_through_zeusd() -> None:
     assert env["ZEUSD_SOCK_PATH"].startswith("/run/")
 
 
-def test_control_token_dropin_feeds_both_programs_from_one_credential() -> None:
+def test_credential_dropins_give_each_program_its_own_role() -> None:
+    """SPEC §9: the admin token goes to the router only; each kairosd gets the daemon
+    credential of its own instance (%i), from the router's state directory."""
+    from router.config import ENV_PREFIX as ROUTER_ENV
+
     d = parse_unit(SYSTEMD / "dropins" / "kairos-control-token.conf")
     name, _, source = d.one("Service", "LoadCredential").partition(":")
     assert source.startswith(CONFIG_DIR)
     env = dict(e.split("=", 1) for e in d.get("Service", "Environment"))
-    # The variables must be the ones each schema really reads.
-    assert env[f"{KAIROSD_ENV}_ROUTER_TOKEN_FILE"] == f"%d/{name}"
-    from router.config import ENV_PREFIX as ROUTER_ENV
+    assert env == {f"{ROUTER_ENV}_CONTROL_TOKEN_FILE": f"%d/{name}"}
 
-    assert env[f"{ROUTER_ENV}_CONTROL_TOKEN_FILE"] == f"%d/{name}"
+    k = parse_unit(SYSTEMD / "dropins" / "kairosd-router-credential.conf")
+    name, _, source = k.one("Service", "LoadCredential").partition(":")
+    router_state = "/var/lib/" + unit("kairos-router.service").one("Service", "StateDirectory")
+    assert source == f"{router_state}/credentials/daemon-%i.token"
+    env = dict(e.split("=", 1) for e in k.get("Service", "Environment"))
+    # The variable must be the one the schema really reads.
     kd = load_config(
         KairosdConfig,
         env_prefix=KAIROSD_ENV,
-        env={k: v.replace("%d", "/run/credentials/x") for k, v in env.items()},
+        env={kk: v.replace("%d", "/run/credentials/x") for kk, v in env.items()},
     )
     assert str(kd.router_token_file) == f"/run/credentials/x/{name}"
 
@@ -246,8 +257,8 @@ def _verify(paths: list[str]) -> subprocess.CompletedProcess[str]:
 VARIANTS = {
     "root": {},
     "zeusd": {"kairosd@.service": ["kairosd-zeusd.conf"]},
-    "control-token": {
-        "kairosd@.service": ["kairos-control-token.conf"],
+    "credentials": {
+        "kairosd@.service": ["kairosd-router-credential.conf"],
         "kairos-router.service": ["kairos-control-token.conf"],
     },
 }

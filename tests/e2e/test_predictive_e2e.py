@@ -11,9 +11,9 @@ import asyncio
 import pytest
 
 from simulator.demo_run import DemoConfig, PolicyResult, run_policy
-from tests.e2e.test_stack_e2e import _agent
+from tests.e2e.test_stack_e2e import _agent, require_valid
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> PolicyResult:
 
 
 def test_the_model_warms_up_from_router_observations(run: PolicyResult) -> None:
+    require_valid(run)
     reasons = [e.reason for e in run.epochs]
     assert reasons and reasons[0].startswith("warmup")
     warm = [r for r in reasons if not r.startswith(("warmup", "failsafe"))]
@@ -40,6 +41,7 @@ def test_the_model_warms_up_from_router_observations(run: PolicyResult) -> None:
 
 
 def test_agents_finish_and_meet_the_slo(run: PolicyResult) -> None:
+    require_valid(run)
     done = [a for a in run.agents if a.exit_code == 0]
     assert len(done) == 12
     assert run.summary.slo_attainment == 1.0

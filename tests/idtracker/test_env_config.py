@@ -26,18 +26,41 @@ def test_base_urls_for_openai_litellm_and_anthropic_clients() -> None:
     assert env["PATH"] == "/bin"  # the parent environment survives
     for var in ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HOSTED_VLLM_API_BASE"):
         assert env[var] == f"{ROUTER}/v1"
-    assert env["ANTHROPIC_BASE_URL"] == ROUTER  # the SDK appends /v1/messages itself
+    assert "ANTHROPIC_BASE_URL" not in env  # Anthropic is a cloud provider unless told
     assert env["KAIROS_AGENT_ID"] == "agent-1" and env["KAIROS_ROUTER_URL"] == ROUTER
+    env = _env({"ANTHROPIC_BASE_URL": ROUTER + "/"})
+    assert env["ANTHROPIC_BASE_URL"] == ROUTER  # the SDK appends /v1/messages itself
 
 
 def test_each_key_variable_keeps_its_own_real_key() -> None:
-    env = _env({"OPENAI_API_KEY": "sk-openai", "ANTHROPIC_API_KEY": "sk-ant"})
+    env = _env(
+        {"OPENAI_API_KEY": "sk-openai", "ANTHROPIC_API_KEY": "sk-ant", "ANTHROPIC_BASE_URL": ROUTER}
+    )
     assert parse_key(env["OPENAI_API_KEY"]).real_key == "sk-openai"
     assert parse_key(env["ANTHROPIC_API_KEY"]).real_key == "sk-ant"
-    # an unset variable borrows the first real key, so LiteLLM's hosted_vllm works too
+    # an unset OpenAI-compatible variable takes the other one's key (same endpoint),
+    # so LiteLLM's hosted_vllm works too
     hosted = parse_key(env["HOSTED_VLLM_API_KEY"])
     assert hosted.agent_id == "agent-1" and hosted.real_key == "sk-openai"
     assert "ANTHROPIC_AUTH_TOKEN" not in env
+
+
+def test_a_cloud_key_never_moves_to_the_router() -> None:
+    """Issue 17: an Anthropic key must not reach vLLM through an OpenAI variable, nor
+    through a redirected Anthropic base URL."""
+    env = _env({"ANTHROPIC_API_KEY": "sk-ant-cloud", "PATH": "/bin"})
+    assert env["ANTHROPIC_API_KEY"] == "sk-ant-cloud"  # untouched, still the cloud's
+    assert "ANTHROPIC_BASE_URL" not in env
+    for var in ("OPENAI_API_KEY", "HOSTED_VLLM_API_KEY"):
+        assert parse_key(env[var]).real_key is None
+    pointed = _env({"OPENAI_API_KEY": "sk-vllm", "ANTHROPIC_BASE_URL": ROUTER})
+    assert parse_key(pointed["ANTHROPIC_API_KEY"]).real_key is None  # not the OpenAI key
+
+
+def test_control_credentials_never_reach_the_agent() -> None:
+    env = _env({"KAIROS_CONTROL_TOKEN": "ctl", "KAIROS_CONTROL_TOKEN_FILE": "/x", "A": "b"})
+    assert "KAIROS_CONTROL_TOKEN" not in env and "KAIROS_CONTROL_TOKEN_FILE" not in env
+    assert env["A"] == "b"
 
 
 def test_no_real_key_at_all_still_carries_identity() -> None:
@@ -46,7 +69,7 @@ def test_no_real_key_at_all_still_carries_identity() -> None:
 
 
 def test_anthropic_auth_token_rewritten_and_api_key_not_added_next_to_it() -> None:
-    env = _env({"ANTHROPIC_AUTH_TOKEN": "sk-bearer"})
+    env = _env({"ANTHROPIC_AUTH_TOKEN": "sk-bearer", "ANTHROPIC_BASE_URL": ROUTER})
     assert parse_key(env["ANTHROPIC_AUTH_TOKEN"]).real_key == "sk-bearer"
     assert "ANTHROPIC_API_KEY" not in env
 
@@ -134,7 +157,8 @@ def test_control_token_sources(tmp_path: Path) -> None:
     token_file.write_text(" tok \n")
     cfg = config_mod.IdTrackerConfig(control_token_file=token_file)
     assert config_mod.resolve_control_token(cfg) == "tok"
-    assert config_mod.resolve_control_token(config_mod.IdTrackerConfig()) is None
+    home = {"HOME": str(tmp_path / "home")}
+    assert config_mod.resolve_control_token(config_mod.IdTrackerConfig(), home) is None
     missing = config_mod.IdTrackerConfig(control_token_file=tmp_path / "none")
     with pytest.raises(ConfigurationError, match="cannot read"):
         config_mod.resolve_control_token(missing)

@@ -68,6 +68,8 @@ def test_crash_exit_code_passes_through_and_is_reported(
 def test_shell_agent_env_and_curl_attribution(
     router: StandInRouter, base_env: dict[str, str]
 ) -> None:
+    base_env["ANTHROPIC_BASE_URL"] = router.url  # Anthropic pointed here by the user
+    base_env["ANTHROPIC_API_KEY"] = USER_KEY
     done = run_tracker(router.url, base_env, agent("agent.sh", "7"))
     assert done.returncode == 7, done.stderr
     (start,) = router.starts
@@ -280,14 +282,17 @@ def test_control_token_from_env_and_file(base_env: dict[str, str], tmp_path: Pat
     with StandInRouter(control_token="ctl-secret") as router:
         assert run_tracker(router.url, base_env, ["true"]).returncode == EXIT_REJECTED
         base_env["KAIROS_CONTROL_TOKEN"] = "ctl-secret"
-        assert run_tracker(router.url, base_env, ["true"]).returncode == 0
+        # The agent never receives a control credential (SPEC §9).
+        show = ["sh", "-c", 'echo "[$KAIROS_CONTROL_TOKEN][$KAIROS_CONTROL_TOKEN_FILE]"']
+        done = run_tracker(router.url, base_env, show)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "[][]"
         del base_env["KAIROS_CONTROL_TOKEN"]
         token_file = tmp_path / "token"
         token_file.write_text("ctl-secret\n")
-        cmd = ["sh", "-c", 'echo "$KAIROS_CONTROL_TOKEN_FILE"']
-        done = run_tracker(router.url, base_env, cmd, "--control-token-file", str(token_file))
+        done = run_tracker(router.url, base_env, show, "--control-token-file", str(token_file))
         assert done.returncode == 0, done.stderr
-        assert done.stdout.strip() == str(token_file)
+        assert done.stdout.strip() == "[][]"
         assert {s.authorization for s in router.starts} == {"Bearer ctl-secret"}
         assert "ctl-secret" not in done.stderr
 
@@ -325,7 +330,7 @@ def test_inherited_file_descriptors_pass_through(
     ("flags", "code", "message"),
     [
         (("--router-url", "localhost:24157"), 78, "expected http(s)://host:port"),
-        (("--slo", "0"), 78, "--slo must be a positive"),
+        (("--slo", "0"), 78, "--slo 0: expected a positive"),
         (("--kill-grace-s", "-1"), 78, "must not be negative"),
         (("--router-url", "http://127.0.0.1:9", "--config", "/nonexistent.toml"), 78, "does not"),
     ],

@@ -42,7 +42,7 @@ def test_config_layers_toml_env_flags(tmp_path: Path) -> None:
     "overrides",
     [
         {"gpu_backend": "nvml"},
-        {"epoch_s": 0.5},  # default 1 s HTTP timeout would not fit in the epoch
+        {"epoch_s": 0.5, "http_timeout_s": 1.0},  # an explicit timeout must fit the epoch
         {"gpus": "-1"},
         {"typo_key": 1},
         {"kairos": {"beta": 0.5}},  # gamma 0.9 > beta

@@ -8,7 +8,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from router.testing import FakeBackend, RunningRouter, start_router
+from router.testing import FakeBackend, RunningRouter, role_headers, start_router
 
 StartRouter = Callable[..., Awaitable[RunningRouter]]
 
@@ -34,7 +34,10 @@ async def make_router(tmp_path: Path) -> AsyncIterator[StartRouter]:
     started: list[RunningRouter] = []
 
     async def make(backends: list[str], state_dir: Path | None = None, **kw: Any) -> RunningRouter:
-        router = await start_router(backends, state_dir or tmp_path / "state", **kw)
+        # A fresh state directory per router unless the test shares one on purpose
+        # (start/end are persisted at once, so a shared one would restore agents).
+        fresh = tmp_path / ("state" if not started else f"state{len(started)}")
+        router = await start_router(backends, state_dir or fresh, **kw)
         started.append(router)
         return router
 
@@ -54,16 +57,18 @@ async def start_agent(url: str, **body: Any) -> str:
 
     async with (
         aiohttp.ClientSession() as s,
-        s.post(url + "/kairos/v1/agents", json=body) as resp,
+        s.post(url + "/kairos/v1/agents", json=body, headers=role_headers(url, "POST")) as resp,
     ):
         assert resp.status == 200, await resp.text()
         return str((await resp.json())["token"])
 
 
 async def control(method: str, url: str, body: Any = None, **kw: Any) -> tuple[int, Any]:
-    """Call a control/admin endpoint; returns (status, JSON body)."""
+    """Call a control/admin endpoint with the credential of the role it needs (found
+    the way id-tracker and kairosd find it); returns (status, JSON body)."""
     import aiohttp
 
+    kw.setdefault("headers", role_headers(url, method))
     async with (
         aiohttp.ClientSession() as s,
         s.request(method, url, json=body, **kw) as resp,

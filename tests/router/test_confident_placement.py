@@ -17,9 +17,7 @@ from kairos_common.errors import ConfigError
 from router.cli import app as router_cli
 from router.config import ENV_PREFIX, AdmissionSettings, PlacementSettings, RouterConfig
 from router.core import RouterCore
-from router.instances import InstancePool
 from router.ledger import Agent, Ledger
-from router.metrics import RouterMetrics
 from router.placement_service import PlacementService
 from router.testing import FakeBackend, ManualClock
 from tests.router.conftest import StartRouter, instance_of, one_turn, start_agent
@@ -28,12 +26,13 @@ CAPACITY = 10_000
 
 
 def _service(**settings: Any) -> tuple[PlacementService, Ledger]:
-    pool = InstancePool(default_capacity_tokens=CAPACITY)
-    for i in range(3):
-        pool.add(f"i{i}", f"http://127.0.0.1:{i + 1}")  # never contacted
-    ledger = Ledger(3000, ManualClock())
-    placement = PlacementSettings(**settings)
-    return PlacementService.from_settings(placement, pool, ledger, RouterMetrics()), ledger
+    config = RouterConfig(
+        backends=tuple(f"i{i}=http://127.0.0.1:{i + 1}" for i in range(3)),  # never contacted
+        placement=PlacementSettings(**settings),
+        admission=AdmissionSettings(capacity_tokens=CAPACITY),
+    )
+    core = RouterCore(config, secret=None, store=None, records=None, clock=ManualClock())
+    return core.placement, core.ledger
 
 
 def _agent(ledger: Ledger, agent_id: str, context_tokens: int | None, turns: int = 0) -> Agent:

@@ -22,11 +22,13 @@ def _closed_port_url() -> str:
     return f"http://127.0.0.1:{port}"
 
 
-async def test_5xx_before_first_byte_retried_on_other_instance(
+async def test_503_before_first_byte_retried_on_other_instance(
     make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
 ) -> None:
+    """503 (vLLM not ready) means the request did not run: safe to retry elsewhere."""
     router = await make_router([backend.url, backend2.url])
     backend.behaviour.fail_next = 1
+    backend.behaviour.fail_status = 503
     token = await start_agent(router.url)
     client = openai.AsyncOpenAI(
         base_url=router.url + "/v1", api_key=agent_key(token), max_retries=0
@@ -36,6 +38,22 @@ async def test_5xx_before_first_byte_retried_on_other_instance(
     assert len(backend.received) == 1 and len(backend2.received) == 1
     agent = router.core.ledger.get(token.split(".")[1])
     assert agent is not None and agent.instance == "i1"  # the agent moved with the retry
+    await client.close()
+
+
+async def test_other_5xx_is_not_retried_no_duplicate_generation(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    """A 500 may come after the backend ran (part of) the request: relayed, not resent."""
+    router = await make_router([backend.url, backend2.url])
+    backend.behaviour.fail_next = 1
+    token = await start_agent(router.url)
+    client = openai.AsyncOpenAI(
+        base_url=router.url + "/v1", api_key=agent_key(token), max_retries=0
+    )
+    with pytest.raises(openai.InternalServerError):
+        await client.chat.completions.create(model="fake-model", messages=CHAT)
+    assert len(backend.received) == 1 and len(backend2.received) == 0
     await client.close()
 
 
@@ -150,7 +168,7 @@ async def test_control_api_requires_token_when_configured(
     make_router: StartRouter, backend: FakeBackend
 ) -> None:
     router = await make_router([backend.url], control_token="s3cret")
-    status, body = await control("POST", router.url + "/kairos/v1/agents", {})
+    status, body = await control("POST", router.url + "/kairos/v1/agents", {}, headers={})
     assert status == 401 and body["error"]["type"] == "authentication_error"
     status, body = await control(
         "POST", router.url + "/kairos/v1/agents", {}, headers={"Authorization": "Bearer s3cret"}

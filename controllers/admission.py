@@ -1,0 +1,190 @@
+"""Admission across the fleet: who runs now, where, and who must wait (one rule, one place).
+
+The per-instance rule is KAIROS's Eq. 13 (:func:`admit_in_order`): admit held
+agents in arrival order while ``U < γ·U_max`` and, by default, only while the
+newcomer fits under ``β·U_max``. On its own that rule strands agents: Algorithm 2
+places a newcomer by the instance's *current* load, and a 100K-token session placed
+on a nearly-full instance then waits there while other GPUs sit idle.
+
+So placement and admission are decided together, for the whole fleet:
+
+* :func:`place` — a new agent goes to the instance the placement policy prefers
+  *among those that would admit it now*; only when none would does it go where the
+  policy prefers overall, to be held there.
+* :func:`rehome_held` — a held agent that another instance would admit now moves
+  there (and is admitted); nobody waits while another instance could take them.
+
+An instance *admits now* (:func:`admits_now`) when its policy does no admission
+control (no-control, fixed clocks, ``kairos-no-ta``), its capacity is unknown,
+or: its daemon does not defer admissions, nobody is queued ahead (head-of-line:
+arrival order is never skipped on an instance), and the Eq. 13 rule admits the
+agent on top of the instance's current usage.
+
+The router (``router/admission.py``, ``router/placement_service.py``) and the
+simulator (``simulator/cluster.py``) call exactly these functions, with the same
+inputs, so a simulated result describes the router's behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from controllers.placement import InstanceLoad, PlacementPolicy, PlacementRequest
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRule:
+    """Eq. 13's thresholds; built from :class:`~controllers.kairos.KairosConfig`."""
+
+    beta: float = 0.95
+    gamma: float = 0.90
+    enabled: bool = True
+    """False: no thrashing avoidance, every agent is admitted at once."""
+    admit_within_beta: bool = True
+    """Admit the head only if ``U + C_head ≤ β·U_max`` (docs/control-law.md, point 3)."""
+
+
+def admit_in_order(
+    sizes: Iterable[tuple[str, int]], usage_tokens: int, capacity_tokens: int, rule: AdmissionRule
+) -> tuple[tuple[str, ...], int]:
+    """Eq. 13 over ``(agent_id, C_a)`` in arrival order, head-of-line.
+
+    Returns the admitted ids and ``U`` after admitting them. An empty instance
+    always admits its head, or an agent larger than ``β·U_max`` could never run.
+    """
+    u = usage_tokens
+    admitted: list[str] = []
+    if not rule.enabled or capacity_tokens <= 0:
+        for agent_id, size in sizes:
+            admitted.append(agent_id)
+            u += size
+        return tuple(admitted), u
+    for agent_id, size in sizes:
+        if u >= rule.gamma * capacity_tokens:
+            break
+        if rule.admit_within_beta and u > 0 and u + size > rule.beta * capacity_tokens:
+            break
+        admitted.append(agent_id)
+        u += size
+    return tuple(admitted), u
+
+
+def new_agent_tokens(
+    estimate_tokens: int | None, placeholder_tokens: int, limit_tokens: int
+) -> int:
+    """Size of an agent before its first response, for placement and admission.
+
+    Its first prompt's token estimate when known (what vLLM will allocate), else
+    the placeholder; never more than ``limit_tokens`` (the model's maximum length,
+    or the KV capacity): a prompt beyond it is rejected by vLLM at once and holds
+    no cache, and an unbounded estimate (a padded body) must not block a queue.
+    """
+    size = placeholder_tokens if estimate_tokens is None else estimate_tokens
+    return max(0, min(size, limit_tokens)) if limit_tokens > 0 else max(0, size)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceGate:
+    """One eligible instance as fleet admission sees it.
+
+    ``held`` counts agents already queued there; ``defer`` is its daemon's latest
+    valid "defer admissions"; ``admission_control`` is False for policies that
+    admit every agent at once (the router must not hold agents for them).
+    """
+
+    load: InstanceLoad
+    held: int = 0
+    defer: bool = False
+    admission_control: bool = True
+
+
+def admits_now(gate: InstanceGate, context_tokens: int, rule: AdmissionRule) -> bool:
+    """Would ``gate``'s instance admit an agent of ``context_tokens`` right now?"""
+    cap = gate.load.capacity_tokens
+    if not gate.admission_control or not rule.enabled or cap <= 0:
+        return True
+    if gate.defer or gate.held > 0:
+        return False
+    admitted, _ = admit_in_order(((".", context_tokens),), gate.load.usage_tokens, cap, rule)
+    return bool(admitted)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a new agent goes, and whether it runs at once or is held there."""
+
+    instance: str
+    admit_now: bool
+
+
+def place(
+    policy: PlacementPolicy,
+    request: PlacementRequest,
+    gates: Sequence[InstanceGate],
+    rule: AdmissionRule,
+) -> Placement:
+    """The policy's choice among instances that admit ``request`` now, else overall.
+
+    ``request.context_tokens`` must be what is known of the agent's size (its first
+    prompt's token estimate), never a fixed placeholder when the prompt is known:
+    a 3000-token guess would place a 100K-token session where it cannot run.
+    """
+    size = request.context_tokens
+    open_now = [g.load for g in gates if admits_now(g, size, rule)]
+    if open_now:
+        return Placement(policy.place(request, open_now), admit_now=True)
+    return Placement(policy.place(request, [g.load for g in gates]), admit_now=False)
+
+
+@dataclass(frozen=True, slots=True)
+class HeldAgent:
+    """An agent waiting for admission on ``instance``, sized by what is known."""
+
+    agent_id: str
+    instance: str
+    context_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """Take ``agent_id`` out of ``source``'s hold queue and admit it on ``target``."""
+
+    agent_id: str
+    source: str
+    target: str
+
+
+def rehome_held(
+    policy: PlacementPolicy,
+    held: Sequence[HeldAgent],
+    gates: Sequence[InstanceGate],
+    rule: AdmissionRule,
+    sequence: int = 0,
+) -> tuple[Move, ...]:
+    """Held agents (in global arrival order) that another instance admits now.
+
+    Each move adds the agent's size to its target before the next agent is
+    considered, so one pass never over-fills an instance. An agent whose own
+    instance is the only one with room stays: its instance admits it through the
+    per-instance rule. ``sequence`` numbers the placements (round-robin).
+    """
+    by_name = {g.load.name: g for g in gates}
+    moves: list[Move] = []
+    for agent in held:
+        size = agent.context_tokens
+        others = [
+            g for name, g in by_name.items() if name != agent.instance and admits_now(g, size, rule)
+        ]
+        if not others:
+            continue
+        request = PlacementRequest(agent.agent_id, sequence + len(moves), size)
+        target = policy.place(request, [g.load for g in others])
+        moves.append(Move(agent.agent_id, agent.instance, target))
+        gate = by_name[target]
+        load = dataclasses.replace(
+            gate.load, usage_tokens=gate.load.usage_tokens + size, active=True
+        )
+        by_name[target] = dataclasses.replace(gate, load=load)
+    return tuple(moves)

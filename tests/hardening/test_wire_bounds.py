@@ -1,0 +1,107 @@
+"""SPEC §9: numbers that cross the wire are finite and bounded (issue 17's attacks)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from kairos_common.errors import WireFormatError
+from kairos_common.wire import (
+    AdmissionDecision,
+    AgentEnd,
+    AgentStart,
+    DecisionAck,
+    InstanceState,
+)
+
+GOOD = {"instance": "i0", "daemon_id": "d", "daemon_start_unix_s": 1.7e9, "epoch": 3}
+
+
+def _decision(**fields: Any) -> dict[str, Any]:
+    return {**GOOD, **fields}
+
+
+def test_a_normal_decision_round_trips() -> None:
+    d = AdmissionDecision(
+        instance="i0", daemon_id="d", daemon_start_unix_s=1.7e9, epoch=3,
+        admit=("a",), capacity_tokens=1000, clock_mhz=1410, valid_for_s=15.0,
+        extras={"margin_l1": 0.2}, levels_mhz=(810, 1410), measured_power_w=350.0,
+        measured_clock_mhz=1410, min_throughput_tok_s=22.5,
+    )  # fmt: skip
+    assert AdmissionDecision.from_json(json.loads(json.dumps(d.to_json()))) == d
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"daemon_start_unix_s": 1e300},
+        {"daemon_start_unix_s": float("nan")},
+        {"daemon_start_unix_s": -1.0},
+        {"valid_for_s": 1e300},
+        {"valid_for_s": 0.0},
+        {"valid_for_s": float("inf")},
+        {"capacity_tokens": -1},
+        {"capacity_tokens": 0},
+        {"capacity_tokens": 10**400},
+        {"measured_power_w": 1e300},
+        {"measured_power_w": -5.0},
+        {"measured_power_w": float("nan")},
+        {"min_throughput_tok_s": float("-inf")},
+        {"clock_mhz": 10**9},
+        {"epoch": -1},
+        {"epoch": 10**30},
+        {"extras": {"x": float("nan")}},
+        {"extras": {"x": 1e300}},
+        {"extras": {"x": True}},
+        {"levels_mhz": [0]},
+        {"levels_mhz": [10**9]},
+        {"admit": ["x" * 300]},
+        {"daemon_id": "d" * 5000},
+        {"measured_clock_mhz": -3},
+    ],
+)
+def test_decisions_with_absurd_numbers_are_refused(fields: dict[str, Any]) -> None:
+    with pytest.raises(WireFormatError):
+        AdmissionDecision.from_json(_decision(**fields))
+
+
+@pytest.mark.parametrize(
+    ("cls", "obj"),
+    [
+        (AgentStart, {"slo_tok_s": float("nan")}),
+        (AgentStart, {"slo_tok_s": -1.0}),
+        (AgentStart, {"slo_tok_s": 1e300}),
+        (AgentStart, {"pid": -1}),
+        (AgentStart, {"name": "n" * 10_000}),
+        (AgentEnd, {"exit_code": 10**40}),
+        (AgentEnd, {"exit_code": 0, "signal": -9}),
+        (InstanceState, {"instance": "i0", "now_s": float("inf")}),
+        (InstanceState, {"instance": "i0", "now_s": 1.0, "capacity_tokens": -4}),
+        (
+            InstanceState,
+            {"instance": "i0", "now_s": 1.0, "ongoing": [{"agent_id": "a", "arrival_s": 1e999}]},
+        ),
+        (
+            InstanceState,
+            {
+                "instance": "i0",
+                "now_s": 1.0,
+                "ongoing": [{"agent_id": "a", "arrival_s": 1.0, "context_tokens": -10}],
+            },
+        ),
+        (DecisionAck, {"accepted": True, "clock_cap_mhz": -1}),
+    ],
+)
+def test_other_messages_are_bounded_too(cls: Any, obj: dict[str, Any]) -> None:
+    with pytest.raises(WireFormatError):
+        cls.from_json(obj)
+
+
+def test_python_json_nan_literals_are_refused() -> None:
+    """``json.loads`` accepts ``NaN``/``Infinity``; the wire must not."""
+    obj = json.loads('{"instance": "i0", "daemon_id": "d", "epoch": 1, '
+                     '"daemon_start_unix_s": Infinity}')  # fmt: skip
+    with pytest.raises(WireFormatError):
+        AdmissionDecision.from_json(obj)

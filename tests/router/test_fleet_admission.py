@@ -1,0 +1,76 @@
+"""Fleet admission through the real router and the `openai` client: a newcomer
+goes to an instance that admits it now, and a held agent moves to any instance
+that gets room (issue 14). Two fake backends of 10K-token KV caches each."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+
+from router.testing import FakeBackend, RunningRouter
+from tests.router.conftest import CHAT, StartRouter, agent_key, control, start_agent
+
+BIG: list[ChatCompletionMessageParam] = [
+    {"role": "user", "content": "x" * 20_000}
+]  # ≈ 5000 tokens estimated before usage
+
+
+async def _turn(
+    router: RunningRouter, token: str, messages: list[ChatCompletionMessageParam]
+) -> None:
+    client = openai.AsyncOpenAI(
+        base_url=router.url + "/v1", api_key=agent_key(token, "sk"), max_retries=0
+    )
+    try:
+        await client.chat.completions.create(model="fake-model", messages=messages)
+    finally:
+        await client.close()
+
+
+async def _two(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend, prompt_tokens: int
+) -> RunningRouter:
+    for b in (backend, backend2):
+        b.behaviour.capacity_tokens = 10_000
+        b.behaviour.prompt_tokens = prompt_tokens
+    router = await make_router([backend.url, backend2.url])
+    await router.health.check_once()
+    return router
+
+
+async def test_newcomer_goes_where_it_is_admitted_now(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    router = await _two(make_router, backend, backend2, prompt_tokens=4_500)
+    a = await start_agent(router.url)
+    await _turn(router, a, CHAT)  # i0 holds 4.5K: under θ·U_max, Algorithm 2 would pick it
+    b = await start_agent(router.url)
+    await _turn(router, b, BIG)  # 4.5K + 5K > β·U_max on i0: admitted at once on i1
+    assert len(backend2.received) == 1
+    assert router.core.admission.queue("i0").order() == []
+    _, status = await control("GET", f"{router.url}/kairos/v1/agents/{b.split('.')[1]}")
+    assert status["instance"] == "i1" and status["state"] == "ongoing"
+
+
+async def test_held_agent_moves_to_the_instance_that_gets_room(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    router = await _two(make_router, backend, backend2, prompt_tokens=9_500)
+    adm = router.core.admission
+    a = await start_agent(router.url)
+    await _turn(router, a, CHAT)  # i0 above γ·U_max
+    c = await start_agent(router.url)
+    await _turn(router, c, CHAT)  # i0 would hold c: it goes to i1, now above γ too
+    assert len(backend.received) == len(backend2.received) == 1
+    b = await start_agent(router.url)
+    held = asyncio.create_task(_turn(router, b, BIG))
+    await adm.wait_until(lambda: len(adm.queue("i0")) == 1)  # no room anywhere: held
+    status, _ = await control(
+        "POST", f"{router.url}/kairos/v1/agents/{c.split('.')[1]}/end", {"exit_code": 0}
+    )
+    assert status == 200
+    await asyncio.wait_for(held, 5.0)  # i1 freed: b moved there, i0 never freed
+    assert len(backend2.received) == 2 and len(backend.received) == 1
+    assert router.core.metrics.admissions.labels("i1", "fleet")._value.get() == 1

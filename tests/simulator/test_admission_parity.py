@@ -1,0 +1,95 @@
+"""The simulator drives the router's admission and placement, not a copy of them:
+fed the same state, the router (RouterCore) and the simulator (Cluster) build the
+same fleet-admission inputs and reach the same place / admit / hold / move
+decisions (issue 14, item 2)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controllers.admission import HeldAgent, admits_now, place, rehome_held
+from controllers.placement import PlacementRequest
+from router.config import AdmissionSettings, RouterConfig
+from router.core import RouterCore
+from router.ledger import Agent
+from router.testing import ManualClock
+from simulator.agents import SimAgent
+from simulator.cluster import Cluster, ClusterConfig
+from simulator.presets import get_preset
+from simulator.workload import AgentProgram, Turn
+
+PRESET = get_preset()
+CAP = PRESET.engine.kv_capacity_tokens
+N = 3
+
+
+def _program(agent_id: str, size: int) -> AgentProgram:
+    return AgentProgram(agent_id=agent_id, turns=(Turn(size, 0, 10, 1.0),))
+
+
+class _Workload:
+    def program(self, index: int) -> AgentProgram:  # never asked: no arrivals
+        raise AssertionError(index)
+
+
+def _router() -> RouterCore:
+    config = RouterConfig(
+        backends=tuple(f"sim{i}=http://127.0.0.1:{i + 1}" for i in range(N)),  # never contacted
+        admission=AdmissionSettings(capacity_tokens=CAP),
+    )
+    return RouterCore(config, secret=None, store=None, records=None, clock=ManualClock())
+
+
+def _cluster() -> Cluster:
+    return Cluster(PRESET, ClusterConfig(policy="kairos", instances=N), _Workload(), [])  # type: ignore[arg-type]
+
+
+ongoing_st = st.lists(st.lists(st.integers(1_000, 200_000), max_size=4), min_size=N, max_size=N)
+held_st = st.lists(st.tuples(st.integers(0, N - 1), st.integers(1_000, 300_000)), max_size=4)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ongoing=ongoing_st, held=held_st, newcomer=st.integers(1_000, 300_000))
+def test_router_and_simulator_decide_alike(
+    ongoing: list[list[int]], held: list[tuple[int, int]], newcomer: int
+) -> None:
+    asyncio.run(_check(ongoing, held, newcomer))
+
+
+async def _check(ongoing: list[list[int]], held: list[tuple[int, int]], newcomer: int) -> None:
+    core, cluster = _router(), _cluster()
+    ledger, adm = core.ledger, core.admission
+    for i, sizes in enumerate(ongoing):
+        for k, size in enumerate(sizes):
+            aid = f"on-{i}-{k}"
+            ledger.add(Agent(aid, 0.0, 0.0, instance=f"sim{i}", admitted=True, context_tokens=size))
+            sim = SimAgent(_program(aid, size), 0.0, i)
+            sim.context_tokens, sim.admitted = size, True
+            cluster.instances[i].ongoing[aid] = sim
+    views = []
+    for k, (i, size) in enumerate(held):
+        aid = f"held-{k}"
+        agent = ledger.add(Agent(aid, float(k), 0.0, estimated_context_tokens=size))
+        ledger.set_pending(agent, f"sim{i}", float(k))
+        adm.queue(f"sim{i}").join(aid)
+        sim = SimAgent(_program(aid, size), float(k), i, size)
+        cluster.instances[i].pending.append(sim)
+        views.append(HeldAgent(aid, f"sim{i}", size))
+
+    assert adm.gates() == cluster.gates()
+    assert adm.rule == cluster.admission_rule
+
+    # A newcomer: same instance, same admit-or-hold.
+    newbie = ledger.add(Agent("new", 99.0, 0.0, estimated_context_tokens=newcomer))
+    request = PlacementRequest("new", 0, newcomer)
+    expected = place(cluster.placement, request, cluster.gates(), cluster.admission_rule)
+    assert core.placement.choose(newbie).name == expected.instance
+    target = core.pool.resolve(expected.instance)
+    assert admits_now(adm.gate(target), newcomer, adm.rule) == expected.admit_now  # fast path
+
+    # Held agents: the router's moves are the simulator's.
+    sim_moves = rehome_held(cluster.placement, views, cluster.gates(), cluster.admission_rule)
+    assert adm.rehome() == sim_moves
