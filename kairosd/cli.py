@@ -85,7 +85,10 @@ def run(
     ] = None,
     policy: Annotated[
         str | None,
-        Opt(help="kairos, kairos-no-ta, predictive, no-control, fixed:MHZ. Default kairos."),
+        Opt(
+            help="kairos, kairos-paper, kairos-no-ta, predictive, no-control, fixed:MHZ. "
+            "Default kairos."
+        ),
     ] = None,
     require_control: Annotated[
         bool | None,

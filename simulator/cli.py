@@ -188,7 +188,8 @@ HELP: dict[str, str] = {
     "duration_s": "simulated seconds (default 10800 = 3 h)",
     "instances": "vLLM instances, one GPU each (default 1)",
     "slo": "per-agent SLO τ in tokens/s, Eq. 4 (default 20)",
-    "policy": "kairos (default) | kairos-no-ta | predictive | no-control | fixed:MHZ",
+    "policy": "kairos (default) | kairos-paper | kairos-no-ta | predictive | no-control | "
+    "fixed:MHZ",
     "compare": "comma-separated policies run side by side on identical arrivals",
     "seed": "seed of arrivals and workload (default 1)",
     "preset": f"GPU/model preset (default {DEFAULT_PRESET}): {', '.join(PRESET_NAMES)}",
