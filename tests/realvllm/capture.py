@@ -1,7 +1,7 @@
 """Capture what a real vLLM says on the wire, for the parsers' unit tests.
 
 ``python -m tests.realvllm.capture [OUT_DIR]`` starts the tier's vLLM server
-(the cached environment must exist: ``make realvllm-env``), sends one request of
+(the cached environment must exist: ``make realvllm``), sends one request of
 each kind straight to it, and writes the raw bytes: ``metrics.txt`` (its
 ``/metrics`` page after that traffic), ``<route>.sse`` for streams and
 ``<route>.json`` for plain responses. The stored copies live in

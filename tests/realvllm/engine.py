@@ -8,7 +8,7 @@ it (SIGTERM, then SIGKILL of the whole group after a grace period) also ends the
 children vLLM forks (its engine core).
 
 The environment itself is built by ``scripts/realvllm_env.sh`` (``make
-realvllm-env``, a prerequisite of ``make test``).
+realvllm``, a prerequisite of ``make test``).
 """
 
 from __future__ import annotations
@@ -249,7 +249,7 @@ def running_vllm(
     if not VLLM_PYTHON.exists() or not (MODEL_DIR / "kairos-model.json").exists():
         raise EngineError(
             f"the real-vLLM environment is missing ({VLLM_PYTHON}, {MODEL_DIR}): "
-            "run `make realvllm-env` (scripts/realvllm_env.sh)"
+            "run `make realvllm` (scripts/realvllm_env.sh)"
         )
     port = free_port()
     t0 = time.monotonic()
@@ -327,6 +327,9 @@ def scrubbed_env(router_url: str, workdir: Path) -> dict[str, str]:
         OPENAI_API_KEY="sk-user-real-key",
         PYTHONUNBUFFERED="1",
         KAIROS_ROUTER_URL=router_url,
+        # as a Claude Code user pointing Anthropic at the router: id-tracker then keys it
+        ANTHROPIC_BASE_URL=router_url,
+        ANTHROPIC_API_KEY="sk-user-real-key",
     )
     return env
 
