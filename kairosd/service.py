@@ -53,7 +53,7 @@ async def serve(
         try:
             backend: GpuBackend = await open_backend(
                 config.gpu_backend,
-                vllm_url=config.vllm_url,
+                vllm_url=config.sim_gpu_url or config.vllm_url,
                 gpus=config.gpus,
                 timeout_s=config.gpu_timeout_s,
                 session=session,

@@ -94,7 +94,21 @@ class AgentService:
         agent = self.ledger.get(agent_id)
         if agent is None:
             raise NotFoundError(f"no live agent {agent_id!r}")
+        if agent.in_flight > 0 and agent.admitted:
+            # A stream's last bytes reach the client before the router accounts the
+            # request, so the agent can exit first: end it once that request is counted.
+            agent.ending = (msg.reason, msg.exit_code)
+            return
         self.finish(agent, reason=msg.reason, exit_code=msg.exit_code)
+
+    def request_done(self, agent: Agent) -> None:
+        """After every proxied request: finish a one-turn agent, or an agent whose
+        end arrived while this request was in flight."""
+        if agent.ephemeral:
+            self.finish(agent, reason="one-turn")
+        elif agent.ending is not None and agent.in_flight == 0:
+            reason, exit_code = agent.ending
+            self.finish(agent, reason=reason, exit_code=exit_code)
 
     def finish(self, agent: Agent, *, reason: str, exit_code: int | None = None) -> None:
         """Remove ``agent``, free its context, write its record, pump admission."""

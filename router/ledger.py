@@ -49,6 +49,8 @@ class Agent:
     in_flight: int = 0
     last_seen_s: float = 0.0
     instances: list[str] = field(default_factory=list)
+    ending: tuple[str, int | None] | None = None
+    """(reason, exit code) of an end that arrived while a request was still in flight."""
 
     @property
     def throughput_tok_s(self) -> float | None:
@@ -74,7 +76,7 @@ class Agent:
         return agent
 
 
-_TRANSIENT = frozenset({"arrival_s", "last_seen_s", "in_flight", "waiting_since_s"})
+_TRANSIENT = frozenset({"arrival_s", "last_seen_s", "in_flight", "waiting_since_s", "ending"})
 _PERSISTED = tuple(f for f in Agent.__dataclass_fields__ if f not in _TRANSIENT)
 
 

@@ -184,8 +184,7 @@ class Proxy:
         finally:
             agent.in_flight -= 1
             agent.last_seen_s = core.clock()
-            if agent.ephemeral:
-                core.agents.finish(agent, reason="one-turn")
+            core.agents.request_done(agent)
 
     async def _wait_admission(self, agent: Agent, headers: dict[str, str]) -> float:
         """Wait for admission, with two guards for requests that really wait: a bound

@@ -69,7 +69,7 @@ async def test_cap_wins_over_the_slo_boost_and_conflict_is_exported(
     vllm: FakeVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, capping, session, clock)
-    capping.ongoing = [busy(10_000, tput=5.0)]  # far below the SLO: boost to max
+    capping.ongoing = [busy(10_000, tput=12.0)]  # below the SLO, liftable: boost to max
     capping.clock_cap_mhz, capping.budget_conflict = 1000, True
     decision = await daemon.run_epoch()
     assert capping.decisions[-1].boost and capping.decisions[-1].clock_mhz == CLOCKS[-1]

