@@ -178,7 +178,16 @@ class Proxy:
             headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
             held_s = 0.0 if agent.admitted else await self._wait_admission(agent, headers)
             self._overhead[route].observe(core.clock() - t0 - held_s)
-            resp, outcome = await self._forward(request, agent, body, headers, inject)
+            finished: list[_Outcome] = []  # set by the relay once the upstream finished
+            try:
+                resp, outcome = await self._forward(request, agent, body, headers, inject, finished)
+            except asyncio.CancelledError:
+                # The client left (handler cancelled) after the upstream finished, e.g.
+                # an SDK that closes on [DONE]: vLLM did the work and holds the
+                # context, so the turn is accounted before the cancellation goes on.
+                if finished:
+                    self._account(agent, route, stream, t0, held_s, len(body), finished[0])
+                raise
             self._account(agent, route, stream, t0, held_s, len(body), outcome)
             return resp
         finally:
@@ -267,6 +276,7 @@ class Proxy:
         body: bytes,
         headers: dict[str, str],
         inject: bool,
+        finished: list[_Outcome],
     ) -> tuple[web.StreamResponse, _Outcome]:
         core = self.core
         tried: set[str] = set()
@@ -314,7 +324,7 @@ class Proxy:
                 self.breakers.success(inst)
             done = False
             try:
-                result = await self._relay(request, resp, inject, headers["X-Request-Id"])
+                result = await self._relay(request, resp, inject, headers["X-Request-Id"], finished)
                 result[1].t_sent_s = t_sent
                 done = True
                 return result
@@ -341,8 +351,15 @@ class Proxy:
                  reason=reason)  # fmt: skip
 
     async def _relay(
-        self, request: web.Request, resp: aiohttp.ClientResponse, inject: bool, request_id: str
+        self,
+        request: web.Request,
+        resp: aiohttp.ClientResponse,
+        inject: bool,
+        request_id: str,
+        finished: list[_Outcome],
     ) -> tuple[web.StreamResponse, _Outcome]:
+        """Relay the response; ``finished`` gets the outcome as soon as the upstream's
+        final usage has arrived (before our end of stream)."""
         headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
         if "X-Request-Id" not in resp.headers:
             headers["X-Request-Id"] = request_id
@@ -371,6 +388,9 @@ class Proxy:
                     if first_data_s is None:
                         first_data_s = self.core.clock()
                     data = filt.feed(chunk)
+                    if not finished and filt.usage.complete and resp.status == 200:
+                        est = filt.estimated_completion_tokens()
+                        finished.append(_Outcome(resp.status, filt.usage, est, first_data_s))
                     if data:
                         writing = True
                         await out_stream.write(data)
@@ -381,24 +401,36 @@ class Proxy:
                         next_reschedule = now + _RESCHEDULE_EVERY_S
             rest = filt.flush()
             if rest:
+                writing = True
                 await out_stream.write(rest)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            if writing and isinstance(exc, TimeoutError):
+                writing = False
+        except (aiohttp.ClientError, TimeoutError, ConnectionResetError) as exc:
+            # aiohttp reports a client that went away as ClientConnectionResetError,
+            # a ClientError too: who failed is told by what we were doing.
+            if writing and isinstance(exc, ConnectionResetError):
+                log.info("client_disconnected", path=request.path)
+                if not filt.usage.complete:
+                    return out_stream, _Outcome(499, None, 0)
+                # The upstream finished (its usage arrived) and the client left as
+                # the last bytes went out: the work was done, so it is accounted.
+            elif writing and isinstance(exc, TimeoutError):
                 log.info("slow_client_dropped", path=request.path, idle_s=idle_s)
                 if request.transport is not None:
                     request.transport.abort()
                 return out_stream, _Outcome(499, None, 0)
-            log.warning("upstream_stream_failed", error=type(exc).__name__)
-            anthropic = request.path == "/v1/messages"
-            with contextlib.suppress(ConnectionResetError, TimeoutError):
-                async with asyncio.timeout(_ERROR_WRITE_S):
-                    await out_stream.write(sse_error_event("upstream stream failed", anthropic))
-                    await out_stream.write_eof()
-            return out_stream, _Outcome(502, None, 0)
-        except ConnectionResetError:
-            log.info("client_disconnected", path=request.path)
-            return out_stream, _Outcome(499, None, 0)
-        await out_stream.write_eof()
+            else:
+                log.warning("upstream_stream_failed", error=type(exc).__name__)
+                anthropic = request.path == "/v1/messages"
+                with contextlib.suppress(ConnectionResetError, TimeoutError):
+                    async with asyncio.timeout(_ERROR_WRITE_S):
+                        await out_stream.write(sse_error_event("upstream stream failed", anthropic))
+                        await out_stream.write_eof()
+                return out_stream, _Outcome(502, None, 0)
+        else:
+            with contextlib.suppress(ConnectionResetError):
+                # A client that read [DONE] may close before our end of stream: the
+                # request is complete all the same and must be accounted.
+                await out_stream.write_eof()
         usage = filt.usage if filt.usage.complete else None
         est = filt.estimated_completion_tokens()
         return out_stream, _Outcome(resp.status, usage, est, first_data_s)

@@ -48,6 +48,8 @@ class FakeBehaviour:
     drop_after_first_byte: bool = False
     stall_after_first_byte: bool = False
     gate: asyncio.Event | None = None
+    hold_eof: asyncio.Event | None = None
+    """Streams: every event sent, then wait for this before ending the response."""
     capacity_tokens: int | None = 100_000
     healthy: bool = True
     model: str = "fake-model"
@@ -226,6 +228,8 @@ class FakeBackend:
             await asyncio.Event().wait()  # until the router gives up (cancelled)
         for event in events:
             await resp.write(event.encode())
+        if self.behaviour.hold_eof is not None:
+            await self.behaviour.hold_eof.wait()
         await resp.write_eof()
         return resp
 
