@@ -29,17 +29,6 @@ pytestmark = pytest.mark.e2e
 BODY = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
 
 
-@pytest.fixture
-async def backends() -> AsyncIterator[list[FakeBackend]]:
-    fakes = [FakeBackend(), FakeBackend()]
-    for f in fakes:
-        await f.start()
-    yield fakes
-    for f in fakes:
-        f.behaviour.gate = None
-        await f.stop()
-
-
 async def test_hung_backend_opens_the_breaker_and_traffic_moves(
     backends: list[FakeBackend], tmp_path: Path
 ) -> None:

@@ -18,16 +18,6 @@ ADMIN = "/kairos/v1/admin/instances"
 
 
 @pytest.fixture
-async def backends() -> AsyncIterator[list[FakeBackend]]:
-    fakes = [FakeBackend(), FakeBackend()]
-    for f in fakes:
-        await f.start()
-    yield fakes
-    for f in fakes:
-        await f.stop()
-
-
-@pytest.fixture
 async def router(backends: list[FakeBackend], tmp_path: Path) -> AsyncIterator[RunningRouter]:
     r = await start_router([b.url for b in backends], tmp_path / "state")
     yield r

@@ -103,9 +103,9 @@ async def test_router_health_survives_nan_metrics_and_logs_once(
 
 
 async def test_health_round_survives_an_unexpected_per_instance_error(
-    backend_pair: list[FakeBackend], tmp_path: Path
+    backends: list[FakeBackend], tmp_path: Path
 ) -> None:
-    router = await start_router([b.url for b in backend_pair], tmp_path / "s")
+    router = await start_router([b.url for b in backends], tmp_path / "s")
     try:
         health = router.health
         real = health.scrape_metrics
@@ -127,16 +127,6 @@ async def test_health_round_survives_an_unexpected_per_instance_error(
         await router.stop()
 
 
-@pytest.fixture
-async def backend_pair() -> AsyncIterator[list[FakeBackend]]:
-    fakes = [FakeBackend(), FakeBackend()]
-    for f in fakes:
-        await f.start()
-    yield fakes
-    for f in fakes:
-        await f.stop()
-
-
 class _FullDiskStore(StateStore):
     """A store whose writes fail while ``full`` (ENOSPC), as on a full state disk."""
 
@@ -149,9 +139,9 @@ class _FullDiskStore(StateStore):
 
 
 async def test_changes_survive_failed_persists_until_one_succeeds(
-    backend_pair: list[FakeBackend], tmp_path: Path
+    backends: list[FakeBackend], tmp_path: Path
 ) -> None:
-    router = await start_router([backend_pair[0].url], tmp_path / "s")
+    router = await start_router([backends[0].url], tmp_path / "s")
     core = router.core
     store = _FullDiskStore(tmp_path / "full.sqlite3")
     assert core.store is not None
@@ -183,13 +173,13 @@ async def test_changes_survive_failed_persists_until_one_succeeds(
 
 
 async def test_corrupt_database_is_set_aside_and_the_router_starts(
-    backend_pair: list[FakeBackend], tmp_path: Path
+    backends: list[FakeBackend], tmp_path: Path
 ) -> None:
     state = tmp_path / "s"
     state.mkdir()
     (state / "router.sqlite3").write_bytes(b"this is not a database\x00" * 100)
     with structlog.testing.capture_logs() as logs:
-        router = await start_router([backend_pair[0].url], state)
+        router = await start_router([backends[0].url], state)
     try:
         aside = list(state.glob("router.sqlite3.corrupt-*"))
         assert len(aside) == 1

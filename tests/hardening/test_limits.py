@@ -18,22 +18,6 @@ from tests.router.conftest import CHAT, agent_key, start_agent
 CHAT_URL = "/v1/chat/completions"
 
 
-@pytest.fixture
-async def backend() -> AsyncIterator[FakeBackend]:
-    fake = FakeBackend()
-    await fake.start()
-    yield fake
-    await fake.stop()
-
-
-@pytest.fixture
-async def backend2() -> AsyncIterator[FakeBackend]:
-    fake = FakeBackend()
-    await fake.start()
-    yield fake
-    await fake.stop()
-
-
 async def post(
     url: str, data: bytes | Any, headers: dict[str, str] | None = None
 ) -> tuple[int, Any]:
