@@ -27,12 +27,12 @@ avoidance is possible without ``U_max``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Collection, Iterable
 
 import structlog
 
 from controllers.admission import (
-    AdmissionRule,
     HeldAgent,
     InstanceGate,
     Move,
@@ -71,12 +71,7 @@ class AdmissionService:
         self.observations = observations or ObservationLog()
         self.policy: PlacementPolicy = policy or Consolidating()
         rule = controller.config.admission_rule
-        self.rule = AdmissionRule(
-            beta=rule.beta,
-            gamma=rule.gamma,
-            enabled=rule.enabled and settings.enabled,
-            admit_within_beta=rule.admit_within_beta,
-        )
+        self.rule = dataclasses.replace(rule, enabled=rule.enabled and settings.enabled)
         self._moves = 0
         self.pool = pool
         self.ledger = ledger
