@@ -182,27 +182,39 @@ class AdmissionService:
             agent.pending_s += max(0.0, now - agent.waiting_since_s)
         self.queue(queue or inst.name).release(agent.agent_id)
         self.ledger.set_ongoing(agent, inst.name)
-        self.metrics.admissions.labels(inst.name, source).inc()
+        self.metrics.child(self.metrics.admissions, inst.name, source).inc()
         self._notify()
 
     # -- request path -------------------------------------------------------------------
+
+    def admit_now(self, agent: Agent) -> bool:
+        """The fast path: whether ``agent`` is admitted, admitting it at once when no
+        one of its own is held and the rule admits it now. Synchronous, so a request
+        that needs no wait costs no task and no extra turn of the event loop."""
+        if agent.admitted:
+            return True
+        inst = self.pool.get(agent.instance)
+        if inst is None:
+            return False
+        q = self.queues.get(inst.name)
+        if (q is None or agent.agent_id not in q) and admits_now(
+            self.gate(inst), self.ledger.context_of(agent), self.rule
+        ):
+            self._admit(agent, inst, "fast_path")
+            return True
+        return False
 
     async def wait_admitted(self, agent: Agent, max_wait_s: float | None = None) -> float:
         """Return once ``agent`` is admitted on its instance; the seconds it waited.
 
         Raises 429 (queue full) or 503 (waited too long), both with Retry-After.
         """
-        if agent.admitted:
+        if self.admit_now(agent):
             return 0.0
         inst = self.pool.get(agent.instance)
         if inst is None:
             raise NoBackendError("agent has no instance", retry_after_s=5.0)
         q = self.queue(inst.name)
-        if agent.agent_id not in q and admits_now(
-            self.gate(inst), self.ledger.context_of(agent), self.rule
-        ):
-            self._admit(agent, inst, "fast_path")
-            return 0.0
         start = self.clock()
         try:
             future = q.join(agent.agent_id)

@@ -53,6 +53,10 @@ class AgentService:
         self.clock = clock
         self.wall_clock = wall_clock
         self.run = run
+        # One-turn agents are named from a per-process prefix and a counter: unique
+        # within the ledger without an os.urandom call per anonymous request.
+        self._one_turn_prefix = f"req-{uuid.uuid4().hex[:12]}-"
+        self._one_turn_seq = 0
 
     def _new(self, agent_id: str, *, ephemeral: bool = False, **kw: Any) -> Agent:
         now = self.clock()
@@ -81,13 +85,15 @@ class AgentService:
     def for_request(self, agent_id: str | None) -> Agent:
         """The agent a request belongs to; unknown signed ids start implicitly,
         anonymous requests become one-turn agents."""
+        metrics = self.metrics
         if agent_id is None:
-            self.metrics.agents_started.labels("one-turn").inc()
-            return self._new(f"req-{uuid.uuid4().hex}", ephemeral=True)
+            metrics.child(metrics.agents_started, "one-turn").inc()
+            self._one_turn_seq += 1
+            return self._new(f"{self._one_turn_prefix}{self._one_turn_seq}", ephemeral=True)
         agent = self.ledger.get(agent_id)
         if agent is None:
             agent = self._new(agent_id)
-            self.metrics.agents_started.labels("implicit").inc()
+            metrics.child(metrics.agents_started, "implicit").inc()
         return agent
 
     def end(self, agent_id: str, msg: AgentEnd) -> None:

@@ -30,11 +30,19 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
     """The whole body, at most ``limit`` bytes, read within ``timeout_s``."""
     if request.content_length is not None and request.content_length > limit:
         raise BodyTooLargeError(f"request body exceeds {limit} bytes")
+    content = request.content
+    if content.is_eof():
+        # The whole body came with the headers (the usual case for a prompt of a
+        # few KB): nothing left to wait for, so no timer to arm and cancel.
+        body = await content.read()
+        if len(body) > limit:
+            raise BodyTooLargeError(f"request body exceeds {limit} bytes")
+        return body
     chunks: list[bytes] = []
     size = 0
     try:
         async with asyncio.timeout(timeout_s):
-            while chunk := await request.content.read(1 << 16):
+            while chunk := await content.read(1 << 16):
                 size += len(chunk)
                 if size > limit:
                     raise BodyTooLargeError(f"request body exceeds {limit} bytes")

@@ -3,8 +3,9 @@
 ``C_a`` (``context_tokens``) is prompt + completion tokens of the agent's latest
 completed request (paper Eq. 6); ``decode_tokens`` and ``llm_time_s`` are the Eq. 3
 sums (latency from arrival at the router to the last byte, including time held
-pending). Per-instance membership sets make ``U_i = Σ_{a ongoing on i} C_a`` a
-sum over that instance's agents only.
+pending). ``U_i = Σ_{a ongoing on i} C_a`` is kept as a running sum, updated when
+an agent joins or leaves an instance or its size changes, so reading it (twice
+per request: admission and placement) costs the same with 5 agents or 5000.
 
 The ledger is plain in-memory state owned by the event loop: no locks, no I/O.
 Persistence (:mod:`router.store`) copies dirty agents off the loop.
@@ -88,6 +89,10 @@ class Ledger:
         self.clock = clock
         self.agents: dict[str, Agent] = {}
         self._ongoing: dict[str, set[str]] = {}
+        # U_i, and what each ongoing agent adds to it (subtracted as counted, so the
+        # sum stays exact even if an agent's fields changed behind the ledger's back).
+        self._usage: dict[str, int] = {}
+        self._counted: dict[str, tuple[str, int]] = {}
         self.dirty: set[str] = set()
         self.deleted: set[str] = set()
         # Called with the id of every agent that leaves (ended or expired), so services
@@ -104,10 +109,15 @@ class Ledger:
         return self.agents.get(agent_id)
 
     def add(self, agent: Agent) -> Agent:
+        replaced = self.agents.get(agent.agent_id)
+        if replaced is not None and replaced.instance is not None:
+            self._ongoing.get(replaced.instance, set()).discard(agent.agent_id)
+        self._uncount(agent.agent_id)
         self.agents[agent.agent_id] = agent
         self.deleted.discard(agent.agent_id)
         if agent.instance is not None and agent.admitted:
             self._ongoing.setdefault(agent.instance, set()).add(agent.agent_id)
+            self._count(agent, agent.instance)
         self.touch(agent)
         return agent
 
@@ -115,6 +125,7 @@ class Ledger:
         agent = self.agents.pop(agent_id, None)
         if agent is not None and agent.instance is not None:
             self._ongoing.get(agent.instance, set()).discard(agent_id)
+        self._uncount(agent_id)
         self.dirty.discard(agent_id)
         if agent is not None and not agent.ephemeral:
             self.deleted.add(agent_id)
@@ -140,9 +151,32 @@ class Ledger:
         return self._ongoing.get(instance, set())
 
     def usage_tokens(self, instance: str) -> int:
-        """``U_i``: Σ C_a over the instance's ongoing agents."""
-        agents = self.agents
-        return sum(self.context_of(agents[a]) for a in self._ongoing.get(instance, ()))
+        """``U_i``: Σ C_a over the instance's ongoing agents (a running sum)."""
+        return self._usage.get(instance, 0)
+
+    def _count(self, agent: Agent, instance: str) -> None:
+        """(Re)count ``agent``'s ``C_a`` in ``U_instance``."""
+        self._uncount(agent.agent_id)
+        tokens = self.context_of(agent)
+        self._counted[agent.agent_id] = (instance, tokens)
+        self._usage[instance] = self._usage.get(instance, 0) + tokens
+
+    def _uncount(self, agent_id: str) -> None:
+        counted = self._counted.pop(agent_id, None)
+        if counted is not None:
+            instance, tokens = counted
+            self._usage[instance] -= tokens
+
+    def _recount(self, agent: Agent) -> None:
+        """``agent``'s size changed: update the sum it is counted in, if any."""
+        counted = self._counted.get(agent.agent_id)
+        if counted is not None:
+            self._count(agent, counted[0])
+
+    def set_estimate(self, agent: Agent, tokens: int) -> None:
+        """Size a newcomer (no ``C_a`` yet) from its first request."""
+        agent.estimated_context_tokens = tokens
+        self._recount(agent)
 
     def set_ongoing(self, agent: Agent, instance: str) -> None:
         """Agent becomes ongoing on ``instance`` (admission or reassignment)."""
@@ -152,14 +186,24 @@ class Ledger:
         agent.admitted = True
         agent.waiting_since_s = None
         self._ongoing.setdefault(instance, set()).add(agent.agent_id)
+        self._count(agent, instance)
         if not agent.instances or agent.instances[-1] != instance:
             agent.instances.append(instance)
         self.touch(agent)
+
+    def place(self, agent: Agent, instance: str) -> None:
+        """Agent is placed on ``instance`` but not admitted there (yet)."""
+        if agent.instance is not None:
+            self._ongoing.get(agent.instance, set()).discard(agent.agent_id)
+        self._uncount(agent.agent_id)
+        agent.instance = instance
+        agent.admitted = False
 
     def set_pending(self, agent: Agent, instance: str, now_s: float) -> None:
         """Agent is placed on ``instance`` but waits in its hold queue."""
         if agent.instance is not None:
             self._ongoing.get(agent.instance, set()).discard(agent.agent_id)
+        self._uncount(agent.agent_id)
         agent.instance = instance
         agent.admitted = False
         if agent.waiting_since_s is None:
@@ -171,6 +215,7 @@ class Ledger:
         self._ongoing.pop(instance, None)
         moved = [a for a in self.agents.values() if a.instance == instance]
         for agent in moved:
+            self._uncount(agent.agent_id)
             agent.instance = None
             agent.admitted = False
             self.touch(agent)
@@ -222,4 +267,5 @@ class Ledger:
         agent.turns += 1
         if estimated:
             agent.estimated_turns += 1
+        self._recount(agent)
         self.touch(agent)

@@ -45,6 +45,7 @@ from router.errors import (
     UpstreamTimeoutError,
 )
 from router.identity_mw import IdentityResolver, KeyChecker, upstream_headers
+from router.instances import Instance
 from router.json_body import parse_json, read_body
 from router.ledger import Agent
 from router.observations import observation
@@ -76,6 +77,15 @@ class _Outcome:
     estimated_completion: int
     first_data_s: float | None = None
     t_sent_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Retry:
+    """An attempt that provably did not run the request: ``error`` for the final 502,
+    ``reason`` for the retries metric."""
+
+    error: str
+    reason: str
 
 
 def _check_body(obj: Any) -> None:
@@ -115,6 +125,9 @@ class Proxy:
         self._request_prefix = f"kr-{uuid.uuid4().hex[:12]}"
         self._request_seq = 0
         self._overhead = {r: m.overhead.labels(r) for r in ROUTES.values()}
+        # Requests being forwarded to or relayed from each instance: the ``running``
+        # count of an observation, without a pass over the instance's agents.
+        self._running: dict[str, int] = {}
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -173,10 +186,13 @@ class Proxy:
             if agent.context_tokens is None:
                 # Sized before placement: fleet admission places the newcomer where
                 # its prompt is admitted now (controllers/admission.py), bounded.
-                agent.estimated_context_tokens = core.admission.estimate_tokens(len(body))
+                core.ledger.set_estimate(agent, core.admission.estimate_tokens(len(body)))
             self._place(agent)
             headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
-            held_s = 0.0 if agent.admitted else await self._wait_admission(agent, headers)
+            if core.admission.admit_now(agent):
+                held_s = 0.0
+            else:
+                held_s = await self._wait_admission(agent, headers)
             self._overhead[route].observe(core.clock() - t0 - held_s)
             finished: list[_Outcome] = []  # set by the relay once the upstream finished
             try:
@@ -238,9 +254,7 @@ class Proxy:
             return
         core = self.core
         ledger = core.ledger
-        running = sum(
-            a.in_flight for i in ledger.ongoing_ids(inst_name) if (a := ledger.get(i)) is not None
-        )
+        running = self._running.get(inst_name, 0) + 1  # this request has left the count
         core.observations.record(
             inst_name,
             observation(
@@ -266,8 +280,7 @@ class Proxy:
         if was_admitted:
             core.ledger.set_ongoing(agent, target.name)
         else:
-            agent.instance = target.name
-            agent.admitted = False
+            core.ledger.place(agent, target.name)
 
     async def _forward(
         self,
@@ -282,58 +295,78 @@ class Proxy:
         tried: set[str] = set()
         last_error = "no attempt"
         attempts = core.config.max_attempts
+        running = self._running
         for attempt in range(attempts):
             inst = core.pool.get(agent.instance)
             if inst is None:
                 break
             tried.add(inst.name)
-            t_sent = core.clock()
+            last = attempt + 1 >= attempts
+            running[inst.name] = running.get(inst.name, 0) + 1
             try:
-                resp = await self.session.request(
-                    request.method, inst.base_url + request.path_qs, data=body,
-                    headers=headers, timeout=self._upstream_timeout,
-                )  # fmt: skip
-            except aiohttp.SocketTimeoutError:
-                self.breakers.failure(inst, "timeout")
-                raise UpstreamTimeoutError(
-                    f"instance {inst.name} sent no response within {self.timeouts.first_byte_s}s"
-                ) from None
-            except aiohttp.ClientConnectorError as exc:
-                # Refused / unreachable: nothing was sent, so a retry cannot duplicate.
-                last_error = type(exc).__name__
-                core.mark_health(inst, ok=False)
-                if attempt + 1 < attempts:
-                    self._retry_move(agent, inst.name, "connect", tried)
-                continue
-            except aiohttp.ClientError as exc:
-                # Reset or closed after (part of) the request went out: it may be
-                # running on the backend; answering 502 beats generating twice.
-                self.breakers.failure(inst, type(exc).__name__)
-                raise UpstreamError(
-                    f"instance {inst.name} dropped the connection ({type(exc).__name__})"
-                ) from None
-            core.metrics.child(core.metrics.ttfb, inst.name).observe(core.clock() - t_sent)
-            if resp.status >= 500:
-                self.breakers.failure(inst, f"http_{resp.status}")
-                if resp.status == 503 and attempt + 1 < attempts:
-                    resp.close()  # not ready: it did not run the request
-                    last_error = "HTTP 503"
-                    self._retry_move(agent, inst.name, "http_503", tried)
-                    continue
-            else:
-                self.breakers.success(inst)
-            done = False
-            try:
-                result = await self._relay(request, resp, inject, headers["X-Request-Id"], finished)
-                result[1].t_sent_s = t_sent
-                done = True
-                return result
+                result = await self._attempt(request, inst, body, headers, inject, finished, last)
             finally:
-                if done:
-                    resp.release()
-                else:
-                    resp.close()
+                running[inst.name] -= 1
+            if not isinstance(result, _Retry):
+                return result
+            last_error = result.error
+            if not last:
+                self._retry_move(agent, inst.name, result.reason, tried)
         raise UpstreamError(f"no backend could serve the request ({last_error})", retry_after_s=2)
+
+    async def _attempt(
+        self,
+        request: web.Request,
+        inst: Instance,
+        body: bytes,
+        headers: dict[str, str],
+        inject: bool,
+        finished: list[_Outcome],
+        last: bool,
+    ) -> tuple[web.StreamResponse, _Outcome] | _Retry:
+        """One try on ``inst``: the relayed response, or why another instance may try."""
+        core = self.core
+        t_sent = core.clock()
+        try:
+            resp = await self.session.request(
+                request.method, inst.base_url + request.path_qs, data=body,
+                headers=headers, timeout=self._upstream_timeout,
+            )  # fmt: skip
+        except aiohttp.SocketTimeoutError:
+            self.breakers.failure(inst, "timeout")
+            raise UpstreamTimeoutError(
+                f"instance {inst.name} sent no response within {self.timeouts.first_byte_s}s"
+            ) from None
+        except aiohttp.ClientConnectorError as exc:
+            # Refused / unreachable: nothing was sent, so a retry cannot duplicate.
+            core.mark_health(inst, ok=False)
+            return _Retry(type(exc).__name__, "connect")
+        except aiohttp.ClientError as exc:
+            # Reset or closed after (part of) the request went out: it may be
+            # running on the backend; answering 502 beats generating twice.
+            self.breakers.failure(inst, type(exc).__name__)
+            raise UpstreamError(
+                f"instance {inst.name} dropped the connection ({type(exc).__name__})"
+            ) from None
+        core.metrics.child(core.metrics.ttfb, inst.name).observe(core.clock() - t_sent)
+        if resp.status >= 500:
+            self.breakers.failure(inst, f"http_{resp.status}")
+            if resp.status == 503 and not last:
+                resp.close()  # not ready: it did not run the request
+                return _Retry("HTTP 503", "http_503")
+        else:
+            self.breakers.success(inst)
+        done = False
+        try:
+            result = await self._relay(request, resp, inject, headers["X-Request-Id"], finished)
+            result[1].t_sent_s = t_sent
+            done = True
+            return result
+        finally:
+            if done:
+                resp.release()
+            else:
+                resp.close()
 
     def _retry_move(self, agent: Agent, source: str, reason: str, tried: set[str]) -> None:
         core = self.core
@@ -346,7 +379,7 @@ class Proxy:
             core.ledger.set_ongoing(agent, target.name)
             core.metrics.reassignments.labels(source, target.name, "retry").inc()
         else:
-            agent.instance = target.name
+            core.ledger.place(agent, target.name)
         log.info("upstream_retry", agent=agent.agent_id, source=source, target=target.name,
                  reason=reason)  # fmt: skip
 
@@ -369,8 +402,15 @@ class Proxy:
                 data = await resp.read()
             except (aiohttp.ClientError, TimeoutError) as exc:
                 raise UpstreamError(f"upstream body failed: {type(exc).__name__}") from None
-            usage = usage_from_body(data) if resp.status == 200 else None
             out = web.Response(status=resp.status, body=data, headers=headers)
+            # Sent now, not when the handler returns: the client has its answer
+            # while the router accounts the request (a returned, already sent
+            # response is left alone by aiohttp). A client gone by now changes
+            # nothing: the backend did the work, so the turn is accounted.
+            with contextlib.suppress(ConnectionResetError):
+                await out.prepare(request)
+                await out.write_eof()
+            usage = usage_from_body(data) if resp.status == 200 else None
             return out, _Outcome(resp.status, usage, max(1, len(data) // 8))
         out_stream = web.StreamResponse(status=resp.status, headers=headers)
         await out_stream.prepare(request)
@@ -452,7 +492,7 @@ class Proxy:
         if estimated:
             prompt = body_len // 4
             completion = outcome.estimated_completion
-            m.usage_estimated.labels(inst_name).inc()
+            m.child(m.usage_estimated, inst_name).inc()
         else:
             assert usage is not None
             prompt = usage.prompt_tokens or 0
