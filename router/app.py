@@ -126,7 +126,11 @@ def create_app(
         # (vLLM's server) 5 s keep-alive closes them: a request sent on a connection
         # the backend is closing fails in a way that cannot be safely retried.
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=4.0)
-        session = aiohttp.ClientSession(connector=connector, auto_decompress=False)
+        # No cookie jar: a backend's Set-Cookie must not be replayed on every other
+        # agent's requests (a client's own Cookie header is forwarded as sent).
+        session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
+        )
         proxy.session = session
         restored = await core.restore()
         log.info("router_started", instances=len(core.pool), restored_agents=restored,

@@ -137,6 +137,9 @@ class TimeoutSettings:
     """How long an open breaker keeps new requests away before one trial request."""
 
 
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+
 @dataclass(frozen=True)
 class RouterConfig:
     """Everything ``kairos-router run`` needs; see ``docs/router.md``."""
@@ -167,12 +170,17 @@ class RouterConfig:
     """Requests one agent may have waiting for admission; more get 429."""
     log_level: str = "info"
     log_json: bool | None = None
+    event_loop: str = "auto"
+    """``auto`` (uvloop when installed: ``pip install 'kairos-sidecar[fast]'``),
+    ``uvloop`` (required) or ``asyncio`` (the standard library's loop)."""
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     timeouts: TimeoutSettings = field(default_factory=TimeoutSettings)
     fleet_budget: FleetBudgetSettings = field(default_factory=FleetBudgetSettings)
 
     def __post_init__(self) -> None:
+        if self.event_loop not in EVENT_LOOPS:
+            raise ConfigError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}")
         if self.anonymous not in ("one-turn", "api-key"):
             raise ConfigError("anonymous must be 'one-turn' or 'api-key'")
         if self.max_attempts < 1:

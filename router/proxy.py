@@ -33,6 +33,7 @@ from typing import Any
 import aiohttp
 import structlog
 from aiohttp import web
+from yarl import URL
 
 from router.breaker import CircuitBreakers
 from router.core import RouterCore
@@ -68,6 +69,7 @@ _DROP_RESPONSE = frozenset(
 _INJECT_PREFIX = b'{"stream_options":{"include_usage":true},'
 _RESCHEDULE_EVERY_S = 1.0
 _ERROR_WRITE_S = 5.0
+_URL_CACHE_MAX = 1024
 
 
 @dataclass(slots=True)
@@ -128,6 +130,7 @@ class Proxy:
         # Requests being forwarded to or relayed from each instance: the ``running``
         # count of an observation, without a pass over the instance's agents.
         self._running: dict[str, int] = {}
+        self._urls: dict[tuple[str, str], URL] = {}
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -329,7 +332,7 @@ class Proxy:
         t_sent = core.clock()
         try:
             resp = await self.session.request(
-                request.method, inst.base_url + request.path_qs, data=body,
+                request.method, self._url(inst.base_url, request.path_qs), data=body,
                 headers=headers, timeout=self._upstream_timeout,
             )  # fmt: skip
         except aiohttp.SocketTimeoutError:
@@ -367,6 +370,16 @@ class Proxy:
                 resp.release()
             else:
                 resp.close()
+
+    def _url(self, base_url: str, path_qs: str) -> URL:
+        """The upstream URL, parsed once per (instance, path) rather than per request."""
+        key = (base_url, path_qs)
+        url = self._urls.get(key)
+        if url is None:
+            if len(self._urls) >= _URL_CACHE_MAX:  # query strings are the client's: bounded
+                self._urls.clear()
+            url = self._urls[key] = URL(base_url + path_qs)
+        return url
 
     def _retry_move(self, agent: Agent, source: str, reason: str, tried: set[str]) -> None:
         core = self.core
