@@ -65,6 +65,12 @@ class AgentRecord:
     ``llm_time_s`` is Σ request latency (arrival at the router to last byte,
     including time held pending) over the agent's requests; ``throughput_tok_s``
     is Eq. 3 = ``decode_tokens / llm_time_s``.
+
+    Energy (docs/energy.md; None where nothing measured it): ``energy_own_j`` is
+    the GPU energy attributed to this agent's own requests, split into
+    ``energy_prefill_j`` + ``energy_decode_j``; ``energy_j`` adds its sub-agents'
+    ``energy_j``. An estimate: the instance's idle draw is not in it, and
+    Σ ``energy_own_j`` + the instances' unattributed joules = measured energy.
     """
 
     agent_id: str
@@ -85,6 +91,10 @@ class AgentRecord:
     end_reason: str = "end"
     max_context_tokens: int = 0
     run: str = ""
+    energy_j: float | None = None
+    energy_own_j: float | None = None
+    energy_prefill_j: float | None = None
+    energy_decode_j: float | None = None
     kind: str = "agent"
 
 
