@@ -261,6 +261,13 @@ class EnergyAccountant:
             self._buckets[name] = [_Bucket(None)]
         return inst
 
+    def begin(self, instance: str, start_s: float) -> None:
+        """Measurement of ``instance`` starts at ``start_s`` (if nothing started it before)."""
+        self.instance(instance)
+        bucket = self._buckets[instance][-1]
+        if bucket.start_s is None:
+            bucket.start_s = start_s
+
     def record(
         self,
         instance: str,

@@ -93,7 +93,11 @@ def energy_rows(agents: Sequence[AgentRecord]) -> dict[str, list[EnergyRow]]:
     (own energy summed, so no joule is counted twice)."""
     measured = with_measured_energy(agents)
     per_agent = [
-        _row(a.agent_id if a.name is None else f"{a.name} ({a.agent_id})", [a], own=False)
+        _row(
+            a.agent_id if a.name in (None, a.agent_id) else f"{a.name} ({a.agent_id})",
+            [a],
+            own=False,
+        )
         for a in measured
     ]
     per_agent.sort(key=lambda r: -r.energy_j)
@@ -117,8 +121,9 @@ def _label(name: str | None) -> str:
     return head.rstrip("0123456789").rstrip("-_.:") or head
 
 
-def render_energy(agents: Sequence[AgentRecord]) -> str:
-    """The per-agent energy table of ``kairos report`` ('' without energy data)."""
+def render_energy(agents: Sequence[AgentRecord], measured_j: float | None = None) -> str:
+    """The per-agent energy table of ``kairos report`` ('' without energy data);
+    ``measured_j``: the instances' measured energy over the same records, if known."""
     rows = energy_rows(agents)
     if not rows["agent"]:
         return ""
@@ -136,6 +141,13 @@ def render_energy(agents: Sequence[AgentRecord]) -> str:
             )
         if len(rows[kind]) > len(shown):
             lines.append(f"  … {len(rows[kind]) - len(shown)} more agents (--json lists all)")
+    if measured_j:
+        own = sum(r.energy_j for r in rows["run"])
+        lines.append(
+            f"finished agents' own energy: {own:.0f} J = {own / measured_j:.1%} of the "
+            f"{measured_j:.0f} J measured (the rest: idle draw, agents still running, "
+            "intervals without work)"
+        )
     return "\n".join(lines) + "\n"
 
 

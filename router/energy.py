@@ -124,6 +124,7 @@ class EnergyService:
             if known is not None and decision.daemon_start_unix_s < known.start_unix_s:
                 return  # a late message of the previous daemon
             self._daemons[instance] = known = _Daemon(decision.daemon_start_unix_s, 0.0)
+            self.accountant.begin(instance, now)
         delta = total - known.total_j
         if delta <= 0.0:
             return  # no new measurement (an unreadable GPU, or a repeated message)
