@@ -253,6 +253,7 @@ class EnergyAccountant:
         self.instances: dict[str, InstanceEnergy] = {}
         self.agents: dict[str, AgentShare] = {}
         self._buckets: dict[str, list[_Bucket]] = {}
+        self._held_j: dict[str, dict[str, float]] = {}  # instance → agent → J not popped
 
     def instance(self, name: str) -> InstanceEnergy:
         inst = self.instances.get(name)
@@ -353,10 +354,10 @@ class EnergyAccountant:
             oldest_end = buckets[0].end_s
             if in_flight and oldest_end is not None and end_s - oldest_end < self.max_lag_s:
                 break
-            done.append(self._attribute(inst, buckets.pop(0)))
+            done.append(self._attribute(instance, inst, buckets.pop(0)))
         return done
 
-    def _attribute(self, inst: InstanceEnergy, bucket: _Bucket) -> IntervalSplit:
+    def _attribute(self, name: str, inst: InstanceEnergy, bucket: _Bucket) -> IntervalSplit:
         assert bucket.end_s is not None and bucket.start_s is not None
         duration = bucket.end_s - bucket.start_s
         if (
@@ -383,8 +384,10 @@ class EnergyAccountant:
         inst.carried_j = split.carried_out_j
         inst.intervals += 1
         agents = self.agents
+        held = self._held_j.setdefault(name, {})
         for aid, share in split.shares.items():
             inst.attributed_j += share.energy_j
+            held[aid] = held.get(aid, 0.0) + share.energy_j
             old = agents.get(aid)
             agents[aid] = (
                 share
@@ -398,11 +401,17 @@ class EnergyAccountant:
         energy as unattributed (work after the last close stays unmeasured)."""
         inst = self.instance(instance)
         buckets = self._buckets[instance]
-        done = [self._attribute(inst, buckets.pop(0)) for _ in range(len(buckets) - 1)]
+        done = [self._attribute(instance, inst, buckets.pop(0)) for _ in range(len(buckets) - 1)]
         inst.unattributed_j += inst.carried_j
         inst.carried_j = 0.0
         return done
 
     def pop_agent(self, agent_id: str) -> AgentShare:
         """The agent's total so far, forgotten (its record is being written)."""
+        for held in self._held_j.values():
+            held.pop(agent_id, None)
         return self.agents.pop(agent_id, AgentShare(0.0, 0.0))
+
+    def unpopped_j(self, instance: str) -> float:
+        """Joules ``instance`` attributed to agents not popped yet (no record written)."""
+        return math.fsum(self._held_j.get(instance, {}).values())

@@ -13,7 +13,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from reporting.records import AgentRecord
+from reporting.records import AgentRecord, EnergyRecord, EpochRecord, Record
 
 _MAX_AGENT_ROWS = 20  # the table; --json has every agent
 
@@ -149,6 +149,56 @@ def render_energy(agents: Sequence[AgentRecord], measured_j: float | None = None
             "intervals without work)"
         )
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyBalance:
+    """Does a deployment's energy add up? From the router's agent and energy records
+    and the daemons' power reports (the end-to-end check of docs/energy.md)."""
+
+    agents: int
+    agents_with_energy: int
+    own_j: float
+    unrecorded_j: float
+    unattributed_j: float
+    measured_j: float
+    daemon_j: float
+
+    @property
+    def parts_error(self) -> float:
+        """|Σ agents' own + unrecorded + unattributed − measured| / measured."""
+        parts = self.own_j + self.unrecorded_j + self.unattributed_j
+        return abs(parts - self.measured_j) / self.measured_j if self.measured_j > 0 else 0.0
+
+    @property
+    def daemon_error(self) -> float:
+        """|measured (as the router received it) − the daemons' epochs| / the epochs."""
+        return abs(self.measured_j - self.daemon_j) / self.daemon_j if self.daemon_j > 0 else 0.0
+
+
+def energy_balance(records: Sequence[Record]) -> EnergyBalance | None:
+    """None without energy records (a router that got no energy from any daemon)."""
+    energy = [r for r in records if isinstance(r, EnergyRecord)]
+    if not energy:
+        return None
+    agents = [r for r in records if isinstance(r, AgentRecord)]
+    reported = {e.instance: e.daemon_epoch for e in energy}
+    daemon_j = sum(
+        r.energy_j
+        for r in records
+        if isinstance(r, EpochRecord)
+        and r.instance in reported
+        and (reported[r.instance] is None or r.epoch < (reported[r.instance] or 0))
+    )
+    return EnergyBalance(
+        agents=len(agents),
+        agents_with_energy=len(with_measured_energy(agents)),
+        own_j=sum(a.energy_own_j or 0.0 for a in agents),
+        unrecorded_j=sum(e.unrecorded_j for e in energy),
+        unattributed_j=sum(e.unattributed_j for e in energy),
+        measured_j=sum(e.measured_j for e in energy),
+        daemon_j=daemon_j,
+    )
 
 
 def energy_json(agents: Sequence[AgentRecord]) -> dict[str, list[dict[str, object]]]:

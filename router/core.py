@@ -95,6 +95,8 @@ class RouterCore:
             write=records.write if records is not None else None,
             is_live=lambda agent_id: self.ledger.get(agent_id) is not None,
             clock=clock,
+            wall_clock=wall_clock,
+            run=config.run,
             idle_power_w=config.energy_idle_power_w,
         )
         self.agents.energy = self.energy

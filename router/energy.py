@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from controllers.energy_attribution import EnergyAccountant, IntervalSplit
 from kairos_common.wire import AdmissionDecision
-from reporting.records import AgentRecord
+from reporting.records import AgentRecord, EnergyRecord
 
 log = structlog.get_logger("kairos.router.energy")
 
@@ -61,6 +61,7 @@ class EnergyMetrics:
 class _Daemon:
     start_unix_s: float
     total_j: float
+    epoch: int | None = None
 
 
 class EnergyService:
@@ -70,9 +71,11 @@ class EnergyService:
         self,
         registry: CollectorRegistry,
         *,
-        write: Callable[[AgentRecord], None] | None,
+        write: Callable[[AgentRecord | EnergyRecord], None] | None,
         is_live: Callable[[str], bool],
         clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        run: str = "",
         idle_power_w: float | None = None,
         max_lag_s: float = 600.0,
     ) -> None:
@@ -81,6 +84,8 @@ class EnergyService:
         self.write = write
         self.is_live = is_live
         self.clock = clock
+        self.wall_clock = wall_clock
+        self.run = run
         self.max_lag_s = max_lag_s
         self._daemons: dict[str, _Daemon] = {}
         self._parked: dict[str, tuple[AgentRecord, float]] = {}
@@ -129,6 +134,7 @@ class EnergyService:
         if delta <= 0.0:
             return  # no new measurement (an unreadable GPU, or a repeated message)
         known.total_j = total
+        known.epoch = decision.epoch
         self.metrics.measured.labels(instance).inc(delta)
         splits = self.accountant.close(instance, delta, now, in_flight=in_flight)
         self._count(instance, splits)
@@ -165,10 +171,27 @@ class EnergyService:
                 self._write(record)
 
     def close(self) -> None:
-        """Router shutdown: attribute what can be, then write every parked record."""
+        """Router shutdown: attribute what can be, write every parked record, then
+        one :class:`EnergyRecord` per instance that reported energy."""
         for instance in list(self._daemons):
             self._count(instance, self.accountant.flush(instance))
         self.release(everything=True)
+        for instance, daemon in self._daemons.items():
+            acc = self.accountant.instance(instance)
+            if self.write is not None:
+                self.write(
+                    EnergyRecord(
+                        t_s=self.wall_clock(),
+                        instance=instance,
+                        measured_j=acc.measured_j,
+                        attributed_j=acc.attributed_j,
+                        unattributed_j=acc.unattributed_j,
+                        unrecorded_j=self.accountant.unpopped_j(instance),
+                        daemon_epoch=daemon.epoch,
+                        idle_power_w=acc.idle_power_w,
+                        run=self.run,
+                    )
+                )
 
     def _write(self, record: AgentRecord) -> None:
         share = self.accountant.pop_agent(record.agent_id)

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 
 from kairos_common.errors import WireFormatError
 from kairos_common.wire import AdmissionDecision
-from reporting.records import AgentRecord
+from reporting.records import AgentRecord, EnergyRecord
 from router.energy import EnergyService
 from router.testing import ManualClock
 
@@ -37,15 +37,23 @@ class _Setup:
     def __init__(self, live: set[str] | None = None) -> None:
         self.clock = ManualClock(100.0)
         self.written: list[AgentRecord] = []
+        self.energy: list[EnergyRecord] = []
         self.registry = CollectorRegistry()
         self.live = live if live is not None else set()
         self.svc = EnergyService(
             self.registry,
-            write=self.written.append,
+            write=self._write,
             is_live=self.live.__contains__,
             clock=self.clock,
+            wall_clock=lambda: 1.7e9,
             idle_power_w=10.0,
         )
+
+    def _write(self, record: AgentRecord | EnergyRecord) -> None:
+        if isinstance(record, EnergyRecord):
+            self.energy.append(record)
+        else:
+            self.written.append(record)
 
     def metric(self, kind: str) -> float:
         name = f"kairos_router_instance_{kind}_energy_joules_total"
@@ -120,9 +128,24 @@ def test_shutdown_writes_parked_records() -> None:
     s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight=False)
     s.request("a")
     s.svc.finish(_record("a"))
+    s.request("b")
+    s.svc.on_decision("gpu0", _decision(300.0, 1), in_flight=True)
+    s.clock.advance(5.0)
+    s.svc.on_decision("gpu0", _decision(400.0, 2), in_flight=False)
+    s.request("c")  # after the last measurement
+    s.svc.finish(_record("c"))
     s.svc.close()
-    (rec,) = s.written
-    assert rec.energy_own_j == 0.0  # its interval was never measured
+    a, c = s.written
+    assert a.energy_own_j is not None and a.energy_own_j > 0
+    assert c.energy_own_j == 0.0  # its interval was never measured
+    (energy,) = s.energy
+    assert energy.measured_j == 400.0 and energy.daemon_epoch == 2
+    assert (
+        energy.unrecorded_j == pytest.approx(s.svc.agent_energy_j("b")) and energy.unrecorded_j > 0
+    )
+    total = a.energy_own_j + energy.unrecorded_j + energy.unattributed_j
+    assert total == pytest.approx(energy.measured_j)
+    assert energy.attributed_j + energy.unattributed_j == pytest.approx(energy.measured_j)
 
 
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, 1e300, "5", True])
