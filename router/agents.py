@@ -197,4 +197,6 @@ class AgentService:
             "throughput_tok_s": agent.throughput_tok_s,
             "steps_since_assignment": agent.steps_since_assign,
             "instances": list(agent.instances),
+            # Estimate, own requests, intervals attributed so far (docs/energy.md).
+            "energy_j": self.energy.agent_energy_j(agent_id) if self.energy else None,
         }
