@@ -2,7 +2,7 @@
 
 For an operator's first contact with a new host, and for our own runs on a
 lent GPU where settings must not change. It starts the real stack (fake vLLM
-serving the agents, the router, one ``kairosd --gpu-backend observe`` reading
+serving the agents, the router, one ``kairosd run --gpu-backend observe`` reading
 the real GPU through Zeus/NVML) and replays paper-like agents for a bounded
 window, while this script samples the GPU's energy counter on its own. Then it
 checks, and exits 1 if any check fails:
