@@ -232,9 +232,9 @@ class EnergyAccountant:
     so a finished request's work is spread over the intervals it overlapped
     (prefill over its time to first token, decode over the rest). A closed
     interval is therefore attributed only once every request that ran during it
-    has finished: when an interval closes with nothing in flight, or when it is
-    older than ``max_lag_s`` (work of a request older than that lands in the
-    oldest interval still open to it).
+    has finished: once it ended before the oldest request still in flight began,
+    or when it is older than ``max_lag_s`` (work of a request older than that
+    lands in the oldest interval still open to it).
 
     ``idle_power_w``: the instance's idle draw (W) when known; None learns it as
     the lowest mean power of an interval in which the instance did no work.
@@ -333,12 +333,14 @@ class EnergyAccountant:
         energy_j: float,
         end_s: float,
         *,
-        in_flight: bool,
+        in_flight_since_s: float | None,
         start_s: float | None = None,
     ) -> list[IntervalSplit]:
         """The instance measured ``energy_j`` since its last close, ending at
-        ``end_s`` (``start_s``: where the first interval began, when known; else
-        its static part is taken as 0); returns the intervals attributed now."""
+        ``end_s``; ``in_flight_since_s`` is when the oldest request still in flight
+        on it began (None: none is). ``start_s``: where the first interval began,
+        when known (else its static part is taken as 0). Returns the intervals
+        attributed now, oldest first."""
         inst = self.instance(instance)
         buckets = self._buckets[instance]
         open_ = buckets[-1]
@@ -346,13 +348,18 @@ class EnergyAccountant:
             open_.start_s = end_s if start_s is None else min(start_s, end_s)
         open_.end_s = max(end_s, open_.start_s)
         open_.energy_j = max(float(energy_j), 0.0) if math.isfinite(energy_j) else 0.0
-        open_.in_flight = in_flight
+        open_.in_flight = in_flight_since_s is not None
         inst.measured_j += open_.energy_j
         buckets.append(_Bucket(open_.end_s))
         done: list[IntervalSplit] = []
         while len(buckets) > 1:
             oldest_end = buckets[0].end_s
-            if in_flight and oldest_end is not None and end_s - oldest_end < self.max_lag_s:
+            if (
+                in_flight_since_s is not None
+                and oldest_end is not None
+                and oldest_end > in_flight_since_s
+                and end_s - oldest_end < self.max_lag_s
+            ):
                 break
             done.append(self._attribute(instance, inst, buckets.pop(0)))
         return done

@@ -127,12 +127,18 @@ class RouterCore:
             for i in self.pool
         ]
 
-    def in_flight(self, instance: str) -> bool:
-        """Whether a request of any agent on ``instance`` is being served (once per epoch)."""
+    def in_flight_since(self, instance: str) -> float | None:
+        """When the oldest request in flight on ``instance`` began (None: none is),
+        called once per epoch. An agent's ``last_seen_s`` is its latest request's
+        start while one is in flight (later than the oldest when it runs several)."""
         ledger = self.ledger
-        return any(
-            a is not None and a.in_flight > 0 and a.admitted
-            for a in map(ledger.get, ledger.ongoing_ids(instance))
+        return min(
+            (
+                a.last_seen_s
+                for a in map(ledger.get, ledger.ongoing_ids(instance))
+                if a is not None and a.in_flight > 0 and a.admitted
+            ),
+            default=None,
         )
 
     def instances_json(self) -> list[dict[str, object]]:

@@ -117,8 +117,11 @@ class EnergyService:
 
     # ---- decisions --------------------------------------------------------------------
 
-    def on_decision(self, instance: str, decision: AdmissionDecision, in_flight: bool) -> None:
-        """Close an interval of ``instance`` if its daemon's energy counter advanced."""
+    def on_decision(
+        self, instance: str, decision: AdmissionDecision, in_flight_since_s: float | None
+    ) -> None:
+        """Close an interval of ``instance`` if its daemon's energy counter advanced
+        (``in_flight_since_s``: start of its oldest request in flight, None if none)."""
         total = decision.energy_total_j
         if total is None:
             return
@@ -136,7 +139,7 @@ class EnergyService:
         known.total_j = total
         known.epoch = decision.epoch
         self.metrics.measured.labels(instance).inc(delta)
-        splits = self.accountant.close(instance, delta, now, in_flight=in_flight)
+        splits = self.accountant.close(instance, delta, now, in_flight_since_s=in_flight_since_s)
         self._count(instance, splits)
 
     def _count(self, instance: str, splits: list[IntervalSplit]) -> None:

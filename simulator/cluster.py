@@ -501,9 +501,14 @@ class Cluster:
                 preemptions=c.preemptions - inst.pre_mark,
             )
         )
-        busy = any(a.in_flight for a in inst.ongoing.values())
+        eng = inst.engine
+        since = min((s.req.arrival_s for s in (*eng.running, *eng.waiting)), default=None)
         self.energy.close(
-            inst.name, energy - inst.energy_mark_j, t, in_flight=busy, start_s=t - self.epoch_s
+            inst.name,
+            energy - inst.energy_mark_j,
+            t,
+            in_flight_since_s=since,
+            start_s=t - self.epoch_s,
         )
         inst.energy_mark_j = energy
         inst.gen_mark = c.generation_tokens

@@ -126,7 +126,8 @@ def test_accountant_totals_sum_to_measured(
             aid, p, c, n, start, length = reqs[i]
             acc.record("gpu0", aid, p, c, n, start_s=start, end_s=start + length)
             i += 1
-        acc.close("gpu0", energy, t, in_flight=i < len(reqs), start_s=0.0)
+        since = min((r[4] for r in reqs[i:] if r[4] < t), default=None)
+        acc.close("gpu0", energy, t, in_flight_since_s=since, start_s=0.0)
     acc.flush("gpu0")
     inst = acc.instances["gpu0"]
     assert math.isclose(inst.counted_j, sum(energies_j), rel_tol=1e-9, abs_tol=1e-6)
@@ -140,12 +141,12 @@ def test_a_long_request_is_spread_over_the_intervals_it_ran_in() -> None:
     """A request finishing late gets the energy of the intervals it ran in, not its
     neighbour that happened to finish during one of them."""
     acc = EnergyAccountant(idle_power_w=0.0)
-    acc.close("g", 100.0, 5.0, in_flight=True, start_s=0.0)  # both running
+    acc.close("g", 100.0, 5.0, in_flight_since_s=0.0, start_s=0.0)  # both running
     acc.record("g", "short", 100, 0, 50, start_s=4.0, end_s=6.0)
-    acc.close("g", 100.0, 10.0, in_flight=True)  # long still running: held
+    acc.close("g", 100.0, 10.0, in_flight_since_s=0.0)  # long still running: held
     assert acc.agents == {}
     acc.record("g", "long", 100, 0, 150, start_s=0.0, end_s=12.0)
-    acc.close("g", 100.0, 15.0, in_flight=False)
+    acc.close("g", 100.0, 15.0, in_flight_since_s=None)
     assert sum(s.energy_j for s in acc.agents.values()) == pytest.approx(300.0)
     assert acc.agents["long"].energy_j > 2 * acc.agents["short"].energy_j
     assert not acc.has_open_work("long")
@@ -153,9 +154,9 @@ def test_a_long_request_is_spread_over_the_intervals_it_ran_in() -> None:
 
 def test_idle_power_is_learned_from_an_interval_without_work() -> None:
     acc = EnergyAccountant()
-    acc.close("g", 400.0, 10.0, in_flight=False, start_s=0.0)  # 40 W doing nothing
+    acc.close("g", 400.0, 10.0, in_flight_since_s=None, start_s=0.0)  # 40 W doing nothing
     acc.record("g", "a", 1000, 0, 100, start_s=10.0, end_s=19.0)
-    acc.close("g", 2400.0, 20.0, in_flight=False)
+    acc.close("g", 2400.0, 20.0, in_flight_since_s=None)
     assert acc.instances["g"].idle_power_w == pytest.approx(40.0)
     assert acc.agents["a"].energy_j == pytest.approx(2000.0)
     assert acc.pop_agent("a").energy_j == pytest.approx(2000.0)

@@ -67,11 +67,11 @@ class _Setup:
 
 def test_counter_deltas_are_attributed_and_lost_messages_lose_nothing() -> None:
     s = _Setup()
-    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight=False)  # baseline
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)  # baseline
     s.request("a")
     s.request("b", prompt=3000)
     s.clock.advance(1.0)  # 5 s interval
-    s.svc.on_decision("gpu0", _decision(550.0, 1), in_flight=False)
+    s.svc.on_decision("gpu0", _decision(550.0, 1), in_flight_since_s=None)
     assert s.metric("measured") == 550.0
     assert s.metric("unattributed") == pytest.approx(50.0)  # 10 W idle x 5 s
     assert s.metric("attributed") == pytest.approx(500.0)
@@ -79,29 +79,29 @@ def test_counter_deltas_are_attributed_and_lost_messages_lose_nothing() -> None:
     # epochs 2 and 3 lost; epoch 4 carries their joules; a repeat adds nothing
     s.request("a")
     s.clock.advance(13.0)
-    s.svc.on_decision("gpu0", _decision(1700.0, 4), in_flight=False)
-    s.svc.on_decision("gpu0", _decision(1700.0, 4), in_flight=False)
+    s.svc.on_decision("gpu0", _decision(1700.0, 4), in_flight_since_s=None)
+    s.svc.on_decision("gpu0", _decision(1700.0, 4), in_flight_since_s=None)
     assert s.metric("measured") == 1700.0
     assert s.metric("attributed") + s.metric("unattributed") == pytest.approx(1700.0)
 
 
 def test_a_restarted_daemon_starts_a_new_counter_and_old_messages_are_ignored() -> None:
     s = _Setup()
-    s.svc.on_decision("gpu0", _decision(5000.0, 9), in_flight=False)
-    s.svc.on_decision("gpu0", _decision(30.0, 0, start=1.8e9), in_flight=False)
+    s.svc.on_decision("gpu0", _decision(5000.0, 9), in_flight_since_s=None)
+    s.svc.on_decision("gpu0", _decision(30.0, 0, start=1.8e9), in_flight_since_s=None)
     assert s.metric("measured") == 5030.0
-    s.svc.on_decision("gpu0", _decision(9000.0, 10), in_flight=False)  # the old daemon, late
+    s.svc.on_decision("gpu0", _decision(9000.0, 10), in_flight_since_s=None)  # the old daemon, late
     assert s.metric("measured") == 5030.0
 
 
 def test_records_wait_for_their_energy_and_parents_get_their_sub_agents() -> None:
     s = _Setup(live={"parent"})
-    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight=False)
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
     s.request("child")
     s.request("parent")
     s.svc.finish(_record("child", parent="parent"))
     assert s.written == []  # its work has no joules yet
-    s.svc.on_decision("gpu0", _decision(400.0, 1), in_flight=False)
+    s.svc.on_decision("gpu0", _decision(400.0, 1), in_flight_since_s=None)
     (child,) = s.written
     assert child.energy_own_j is not None and child.energy_own_j > 0
     assert child.energy_j == child.energy_own_j
@@ -116,7 +116,7 @@ def test_records_wait_for_their_energy_and_parents_get_their_sub_agents() -> Non
 
 def test_without_energy_reports_records_are_written_at_once_without_energy() -> None:
     s = _Setup()
-    s.svc.on_decision("gpu0", _decision(None, 0), in_flight=False)  # an old daemon
+    s.svc.on_decision("gpu0", _decision(None, 0), in_flight_since_s=None)  # an old daemon
     s.request("a")
     s.svc.finish(_record("a"))
     (rec,) = s.written
@@ -125,13 +125,13 @@ def test_without_energy_reports_records_are_written_at_once_without_energy() -> 
 
 def test_shutdown_writes_parked_records() -> None:
     s = _Setup()
-    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight=False)
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
     s.request("a")
     s.svc.finish(_record("a"))
     s.request("b")
-    s.svc.on_decision("gpu0", _decision(300.0, 1), in_flight=True)
+    s.svc.on_decision("gpu0", _decision(300.0, 1), in_flight_since_s=0.0)
     s.clock.advance(5.0)
-    s.svc.on_decision("gpu0", _decision(400.0, 2), in_flight=False)
+    s.svc.on_decision("gpu0", _decision(400.0, 2), in_flight_since_s=None)
     s.request("c")  # after the last measurement
     s.svc.finish(_record("c"))
     s.svc.close()
