@@ -199,9 +199,9 @@ class EnergyService:
     def _write(self, record: AgentRecord) -> None:
         share = self.accountant.pop_agent(record.agent_id)
         children = self._children_j.pop(record.agent_id, 0.0)
-        served = any(i in self._daemons for i in record.instances)
-        if not served:
-            out = record
+        measured = any(i in self._daemons for i in record.instances)
+        if record.instances and not measured:
+            out = record  # served where no daemon reports energy: unknown, not zero
         else:
             total = share.energy_j + children
             out = dataclasses.replace(

@@ -3,6 +3,7 @@ to the agents' work, records written once attributed, sub-agents into parents.""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -121,6 +122,16 @@ def test_without_energy_reports_records_are_written_at_once_without_energy() -> 
     s.svc.finish(_record("a"))
     (rec,) = s.written
     assert rec.energy_j is None and rec.energy_own_j is None
+
+
+def test_an_agent_that_never_ran_a_request_used_no_energy() -> None:
+    """Seen on an H200: agents stopped before their first request had no energy at
+    all, so "every record carries energy" failed; they cost 0 J, which is known."""
+    s = _Setup()
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
+    s.svc.finish(dataclasses.replace(_record("idle"), turns=0, instances=()))
+    (rec,) = s.written
+    assert rec.energy_j == 0.0 and rec.energy_own_j == 0.0
 
 
 def test_shutdown_writes_parked_records() -> None:
