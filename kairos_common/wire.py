@@ -32,8 +32,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from controllers.types import AgentView, RequestObservation
 from kairos_common.errors import WireFormatError
+from kairos_common.views import AgentView, RequestObservation
 
 API_PREFIX = "/kairos/v1"
 WIRE_VERSION = 1
