@@ -40,6 +40,7 @@ from controllers.types import (
     ControlDecision,
     Controller,
     InstanceSnapshot,
+    ModelReport,
     RequestObservation,
 )
 
@@ -64,6 +65,7 @@ __all__ = [
     "KairosConfig",
     "KairosController",
     "LeastContext",
+    "ModelReport",
     "NoControl",
     "OnlinePerfModel",
     "PerfModelConfig",

@@ -10,17 +10,23 @@ Units are in the names: ``_tokens`` for KV/context sizes, ``_s`` for seconds,
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from controllers.frequency import FrequencyLevels
-from kairos_common.views import AgentView, RequestObservation, agent_throughput_tok_s
+from kairos_common.views import (
+    AgentView,
+    ModelReport,
+    RequestObservation,
+    agent_throughput_tok_s,
+)
 
 __all__ = [
     "AgentView",
     "ControlDecision",
     "Controller",
     "InstanceSnapshot",
+    "ModelReport",
     "RequestObservation",
     "agent_throughput_tok_s",
 ]
@@ -62,7 +68,11 @@ class ControlDecision:
     capacity_tokens: int = 0
     min_throughput_tok_s: float | None = None
     reason: str = ""
-    extras: dict[str, float] = field(default_factory=dict)
+    report: ModelReport | None = None
+    """A learning controller's own numbers (per-level SLO margins, model error)."""
+    fleet_conflict: bool = False
+    """The fleet budget lowered this decision and meeting its cap needed an
+    SLO-unsafe step (or was impossible)."""
 
 
 class Controller(Protocol):

@@ -12,7 +12,7 @@ Units are in the names: ``_tokens`` for KV/context sizes, ``_s`` for seconds,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 def agent_throughput_tok_s(
@@ -84,3 +84,30 @@ class RequestObservation:
     running: int
     active_context_tokens: int
     clock_mhz: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReport:
+    """What a learning controller (the predictive one) says about its decision.
+
+    Typed in place of a ``dict[str, float]`` side channel: the fleet budget reads
+    the per-level SLO margins and the efficient floor, the daemon exports the
+    rest as metrics, and the wire carries it between them.
+
+    ``slo_margin_by_level`` maps a 1-based level to the predicted SLO margin of
+    the slowest agents at that level (≥ 0: meets ``τ·(1 + margin)``);
+    ``slo_slack`` is the margin at the decided level; ``efficient_floor_level``
+    the lowest level at which a lower clock still saves energy (None: not known
+    yet); ``model_error`` the online model's recent relative error (None: not
+    enough data); ``model_observations`` how many requests it has learned from.
+    """
+
+    slo_margin_by_level: dict[int, float] = field(default_factory=dict)
+    slo_slack: float | None = None
+    efficient_floor_level: int | None = None
+    model_error: float | None = None
+    model_observations: int = 0
+
+    def slo_margin(self, level: int) -> float | None:
+        """The predicted SLO margin at ``level``, or None when not predicted."""
+        return self.slo_margin_by_level.get(level)

@@ -113,7 +113,8 @@ def test_kairos_ceiling_caps_proactive_steps_up() -> None:
     snap = _snap(epoch, [21.9, 60.0], 975)
     d, k = ctrl.decide(snap), kairos.decide(snap)
     assert not k.boost
-    assert d.level <= max(k.level, int(d.extras["efficient_floor_level"]))
+    assert d.report is not None and d.report.efficient_floor_level is not None
+    assert d.level <= max(k.level, d.report.efficient_floor_level)
     assert d.level < 4  # uncapped it steps above level 3 (previous test)
 
 
@@ -185,7 +186,8 @@ def test_context_projection_blocks_lower_clocks() -> None:
         d = ctrl.decide(InstanceSnapshot(now, e, CAP, ongoing=busy, clock_mhz=975))
         assert d.level >= 3
         now += 5.0
-    assert d.extras["margin_l2"] < 0 <= d.extras["margin_l3"]
+    assert d.report is not None
+    assert d.report.slo_margin_by_level[2] < 0 <= d.report.slo_margin_by_level[3]
 
 
 @settings(max_examples=25, deadline=None)
@@ -228,7 +230,8 @@ def test_with_the_ceiling_never_above_kairos_outside_boosts(
         d, k = ctrl.decide(snap), kairos.decide(snap)
         assert d.boost == k.boost
         if not k.boost:
-            assert d.level <= max(k.level, int(d.extras["efficient_floor_level"]))
+            assert d.report is not None and d.report.efficient_floor_level is not None
+            assert d.level <= max(k.level, d.report.efficient_floor_level)
         clock = d.clock_mhz
 
 
