@@ -1,4 +1,4 @@
-"""The numpy NNLS and the online performance model (issue 10)."""
+"""The NNLS wrapper (scipy) and the online performance model (issue 10)."""
 
 from __future__ import annotations
 
