@@ -12,7 +12,12 @@ from controllers.confident_placement import (
     ConfidentReassignment,
     ConfidentReassignmentConfig,
 )
-from controllers.errors import ControllerError, InvalidSnapshotError, UnknownPolicyError
+from controllers.errors import (
+    ControllerError,
+    InvalidConfigError,
+    InvalidSnapshotError,
+    UnknownPolicyError,
+)
 from controllers.fleet_budget import BudgetOutcome, FleetBudget, FleetBudgetConfig, InstancePower
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
@@ -61,6 +66,7 @@ __all__ = [
     "InstanceLoad",
     "InstancePower",
     "InstanceSnapshot",
+    "InvalidConfigError",
     "InvalidSnapshotError",
     "KairosConfig",
     "KairosController",

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 from controllers.frequency import FrequencyLevels
 from controllers.perf_model import FloatArray, nnls
 from controllers.types import ControlDecision
@@ -47,7 +47,7 @@ class FleetBudgetConfig:
 
     def __post_init__(self) -> None:
         if self.cap_w <= 0:
-            raise InvalidSnapshotError(f"fleet cap must be positive, got {self.cap_w}")
+            raise InvalidConfigError(f"fleet cap must be positive, got {self.cap_w}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from controllers.errors import InvalidSnapshotError, UnknownPolicyError
+from controllers.errors import InvalidConfigError, InvalidSnapshotError, UnknownPolicyError
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,7 +140,7 @@ class ReassignmentRule:
     def __init__(self, config: ReassignmentConfig | None = None) -> None:
         self.config = config or ReassignmentConfig()
         if self.config.interval_requests < 1:
-            raise InvalidSnapshotError("interval_requests must be >= 1")
+            raise InvalidConfigError("interval_requests must be >= 1")
 
     def decide(
         self, current: str, steps_since_assignment: int, candidates: Sequence[InstanceLoad]

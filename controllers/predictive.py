@@ -30,7 +30,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
 from controllers.perf_model import OnlinePerfModel, PerfModelConfig, RequestShape, typical_shape
@@ -92,11 +92,11 @@ class PredictiveConfig:
 
     def __post_init__(self) -> None:
         if self.margin < 0 or self.se_factor < 0:
-            raise InvalidSnapshotError("margin and se_factor must be >= 0")
+            raise InvalidConfigError("margin and se_factor must be >= 0")
         if self.history_epochs < 2 or self.min_samples < 2:
-            raise InvalidSnapshotError("history_epochs and min_samples must be >= 2")
+            raise InvalidConfigError("history_epochs and min_samples must be >= 2")
         if self.cooldown_epochs < 0:
-            raise InvalidSnapshotError("cooldown_epochs must be >= 0")
+            raise InvalidConfigError("cooldown_epochs must be >= 0")
 
 
 def confident_positive(samples: list[float], se_factor: float, min_samples: int) -> bool:

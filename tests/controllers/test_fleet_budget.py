@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controllers import ControlDecision, FrequencyLevels, ModelReport
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 from controllers.fleet_budget import FleetBudget, FleetBudgetConfig, InstancePower
 
 LEVELS = FrequencyLevels((660, 825, 975, 1140, 1305, 1470, 1620, 1785))
@@ -102,7 +102,7 @@ def test_headroom_tracks_epochs_over_the_cap() -> None:
 
 
 def test_invalid_cap() -> None:
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidConfigError):
         FleetBudgetConfig(cap_w=0.0)
 
 

@@ -16,7 +16,7 @@ from controllers import (
     KairosController,
     make_controller,
 )
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 from controllers.predictive import PredictiveConfig, PredictiveController, confident_positive
 from tests.controllers.test_perf_model import synthetic_observations
 
@@ -253,7 +253,7 @@ def test_confident_positive_implies_mean_above_two_se(samples: list[float]) -> N
 
 
 def test_config_validation() -> None:
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidConfigError):
         PredictiveConfig(margin=-0.1)
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidConfigError):
         PredictiveConfig(min_samples=1)
