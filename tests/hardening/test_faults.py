@@ -21,7 +21,7 @@ from kairosd.config import KairosdConfig
 from kairosd.gpu.zeus_backend import ZeusBackend
 from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
-from kairosd.testing import FakeRouter, FakeVllm, FakeZeusGpus
+from kairosd.testing import FakeRouter, FakeZeusGpus, ScriptedVllm
 from kairosd.vllm_client import VllmClient
 from reporting.records import EpochRecord
 from router.errors import StateStoreError
@@ -192,7 +192,7 @@ async def test_corrupt_database_is_set_aside_and_the_router_starts(
 
 
 async def test_kairosd_nan_metrics_are_a_stale_input_logged_once(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock, stale_epochs=2)
     vllm.vllm.mode = "nan"
@@ -221,7 +221,7 @@ class _OrderSink:
 
 
 async def test_kairosd_shutdown_waits_for_nvml_then_resets_then_reports(
-    vllm: FakeVllm, clock: ManualClock, session: aiohttp.ClientSession
+    vllm: ScriptedVllm, clock: ManualClock, session: aiohttp.ClientSession
 ) -> None:
     gpus = FakeZeusGpus(num_gpus=1, supported_clocks_mhz=CLOCKS)
     backend = ZeusBackend(gpus, (0,), timeout_s=0.2)

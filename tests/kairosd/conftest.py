@@ -13,7 +13,7 @@ from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.router_client import RouterClient
 from kairosd.startup import build_controller, prepare_backend
-from kairosd.testing import FakeRouter, FakeVllm
+from kairosd.testing import FakeRouter, ScriptedVllm
 from kairosd.vllm_client import VllmClient
 from reporting.records import EpochRecord
 
@@ -47,8 +47,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def vllm(clock: ManualClock) -> AsyncIterator[FakeVllm]:
-    fake = FakeVllm(clock=clock, supported_clocks_mhz=CLOCKS)
+async def vllm(clock: ManualClock) -> AsyncIterator[ScriptedVllm]:
+    fake = ScriptedVllm(clock=clock, supported_clocks_mhz=CLOCKS)
     await fake.start()
     yield fake
     fake.release_hangs()
@@ -70,7 +70,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def make_daemon(
-    vllm: FakeVllm,
+    vllm: ScriptedVllm,
     router: FakeRouter | None,
     session: aiohttp.ClientSession,
     clock: ManualClock,

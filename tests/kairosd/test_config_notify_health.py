@@ -21,7 +21,7 @@ from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.sdnotify import Notifier
 from kairosd.startup import build_controller
-from kairosd.testing import FakeVllm
+from kairosd.testing import ScriptedVllm
 from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
 
 
@@ -57,7 +57,7 @@ def test_bad_config_is_rejected(overrides: dict[str, object]) -> None:
 
 
 async def test_predictive_knobs_reach_the_controller(
-    tmp_path: Path, vllm: FakeVllm, session: aiohttp.ClientSession
+    tmp_path: Path, vllm: ScriptedVllm, session: aiohttp.ClientSession
 ) -> None:
     path = tmp_path / "gpu0.toml"
     path.write_text(
@@ -94,7 +94,7 @@ def test_sd_notify_datagrams() -> None:
 
 
 async def test_health_and_metrics_endpoints(
-    vllm: FakeVllm, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, None, session, clock)
     vllm.vllm.kv_usage_frac = 0.3
