@@ -18,7 +18,7 @@ from controllers import (
 )
 from controllers.errors import InvalidConfigError
 from controllers.predictive import PredictiveConfig, PredictiveController, confident_positive
-from tests.controllers.test_perf_model import synthetic_observations
+from tests.controllers.conftest import synthetic_observations
 
 LEVELS = FrequencyLevels((660, 825, 975, 1140, 1305, 1470, 1620, 1785))
 CAP = 500_000

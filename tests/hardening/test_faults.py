@@ -16,6 +16,7 @@ from aiohttp import web
 
 from controllers.frequency import FrequencyLevels
 from controllers.registry import make_controller
+from kairos_common.testing import ManualClock
 from kairos_common.vllm_metrics import MetricsParseError, parse_vllm_metrics
 from kairosd.config import KairosdConfig
 from kairosd.gpu.zeus_backend import ZeusBackend
@@ -27,7 +28,7 @@ from reporting.records import EpochRecord
 from router.errors import StateStoreError
 from router.store import StateStore
 from router.testing import FakeBackend, start_router
-from tests.kairosd.conftest import CLOCKS, ManualClock, make_daemon
+from tests.kairosd.conftest import CLOCKS, make_daemon
 
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])

@@ -10,8 +10,9 @@ import aiohttp
 import pytest
 
 from controllers.types import AgentView
+from kairos_common.testing import ManualClock
 from kairosd.testing import FakeRouter, ScriptedVllm
-from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
+from tests.kairosd.conftest import CLOCKS, ListSink, make_daemon
 
 EPOCH_S = 5.0  # make_daemon's epoch; decisions are valid for 3 epochs
 

@@ -13,6 +13,7 @@ from controllers.frequency import FrequencyLevels
 from controllers.predictive import PredictiveController
 from controllers.registry import make_controller
 from kairos_common.errors import ConfigError
+from kairos_common.testing import ManualClock
 from kairos_common.vllm_metrics import VllmMetrics
 from kairosd.config import KairosdConfig, load_daemon_config
 from kairosd.gpu.sim_backend import SimBackend
@@ -22,7 +23,7 @@ from kairosd.metrics import DaemonMetrics
 from kairosd.sdnotify import Notifier
 from kairosd.startup import build_controller
 from kairosd.testing import ScriptedVllm
-from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
+from tests.kairosd.conftest import CLOCKS, ListSink, make_daemon
 
 
 def test_config_layers_toml_env_flags(tmp_path: Path) -> None:

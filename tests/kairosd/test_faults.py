@@ -13,6 +13,7 @@ from zeus.utils.zeusd import ZeusdAuthError, ZeusdConnectionError
 
 from controllers.frequency import FrequencyLevels
 from controllers.registry import make_controller
+from kairos_common.testing import ManualClock
 from kairosd.config import KairosdConfig
 from kairosd.errors import (
     GpuError,
@@ -27,8 +28,7 @@ from kairosd.metrics import DaemonMetrics
 from kairosd.startup import prepare_backend
 from kairosd.testing import FakeRouter, FakeZeusGpus, ScriptedVllm
 from kairosd.vllm_client import VllmClient
-from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
-from tests.kairosd.test_loop_control import agent
+from tests.kairosd.conftest import CLOCKS, ListSink, agent, make_daemon
 
 
 async def epochs(daemon: Daemon, clock: ManualClock, n: int) -> None:

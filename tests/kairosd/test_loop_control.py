@@ -8,9 +8,9 @@ import math
 import aiohttp
 import pytest
 
-from controllers.types import AgentView
+from kairos_common.testing import ManualClock
 from kairosd.testing import FakeRouter, ScriptedVllm
-from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
+from tests.kairosd.conftest import CLOCKS, ListSink, agent, make_daemon
 
 CAP = 100_000
 ALPHA = 0.75
@@ -21,19 +21,6 @@ def expected_clock(usage: int) -> int:
     if usage >= ALPHA * CAP:
         return CLOCKS[-1]
     return CLOCKS[math.floor(usage / (ALPHA * CAP) * (len(CLOCKS) - 1))]
-
-
-def agent(aid: str, ctx: int | None, tput: float | None = 100.0, arrival: float = 0.0) -> AgentView:
-    if tput is None:
-        return AgentView(agent_id=aid, arrival_s=arrival, context_tokens=ctx)
-    return AgentView(
-        agent_id=aid,
-        arrival_s=arrival,
-        context_tokens=ctx,
-        decode_tokens=int(tput * 10),
-        llm_time_s=10.0,
-        completed_steps=3,
-    )
 
 
 async def test_clock_follows_context_law_epoch_by_epoch(

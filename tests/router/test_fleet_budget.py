@@ -11,12 +11,13 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from kairos_common.errors import WireFormatError
+from kairos_common.testing import ManualClock
 from kairos_common.views import ModelReport
 from kairos_common.wire import AdmissionDecision, DecisionAck
 from router.config import FleetBudgetSettings
 from router.fleet_budget import FleetBudgetService
 from router.metrics import FleetMetrics
-from router.testing import FakeBackend, ManualClock, start_router
+from router.testing import FakeBackend, start_router
 from tests.router.conftest import control
 
 LEVELS = (800, 1000, 1200, 1400, 1600)
