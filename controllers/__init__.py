@@ -31,10 +31,12 @@ from controllers.placement import (
     ReassignmentConfig,
     ReassignmentRule,
     RoundRobin,
-    make_placement,
 )
 from controllers.predictive import PredictiveConfig, PredictiveController
 from controllers.registry import (
+    PLACEMENTS,
+    POLICIES,
+    PolicySpec,
     kairos_config_for,
     levels_for,
     make_controller,
@@ -50,6 +52,8 @@ from controllers.types import (
 )
 
 __all__ = [
+    "PLACEMENTS",
+    "POLICIES",
     "AgentView",
     "BudgetOutcome",
     "ConfidentPlacement",
@@ -77,6 +81,7 @@ __all__ = [
     "PerfModelConfig",
     "PlacementPolicy",
     "PlacementRequest",
+    "PolicySpec",
     "PredictiveConfig",
     "PredictiveController",
     "ReassignmentConfig",
@@ -87,7 +92,6 @@ __all__ = [
     "kairos_config_for",
     "levels_for",
     "make_controller",
-    "make_placement",
     "make_placement_policy",
     "nnls",
 ]

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from controllers.errors import InvalidConfigError, InvalidSnapshotError, UnknownPolicyError
+from controllers.errors import InvalidConfigError, InvalidSnapshotError
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,19 +98,6 @@ class LeastContext:
     def place(self, request: PlacementRequest, candidates: Sequence[InstanceLoad]) -> str:
         _require(candidates)
         return _least_loaded(candidates).name
-
-
-def make_placement(name: str, theta_cons: float = 0.5) -> PlacementPolicy:
-    """Build a placement policy from its operator-facing name."""
-    if name == "consolidating":
-        return Consolidating(theta_cons=theta_cons)
-    if name == "round-robin":
-        return RoundRobin()
-    if name == "least-context":
-        return LeastContext()
-    raise UnknownPolicyError(
-        f"unknown placement policy {name!r}; choose consolidating, round-robin or least-context"
-    )
 
 
 @dataclass(frozen=True, slots=True)
