@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from simulator.energy_truth import EnergyTruth
 from simulator.engine_state import Run as _Run
 from simulator.engine_state import Seq as _Seq
 from simulator.engine_state import Step as _Step
@@ -82,6 +83,8 @@ class Engine:
         self._last_power_w = power.idle_w(gpu.clock_at(start_s))
         self._bs = params.block_size
         self._known_s = start_s
+        self.truth: EnergyTruth | None = None
+        """Ground truth of per-agent energy (docs/energy.md); None: not computed."""
 
     # ------------------------------------------------------------------ API
     @property
@@ -348,13 +351,17 @@ class Engine:
 
     def _finish_plan(self, scheduled: list[tuple[_Seq, int]], events: list[EngineEvent]) -> _Step:
         decode_seqs = decode_ctx = prefill = pairs = 0
+        truth: list[tuple[str, int, int, bool]] | None = [] if self.truth is not None else None
         for seq, n in scheduled:
-            if n == 1 and seq.computed == seq.total - 1 and seq.generated > 0:
+            decode = n == 1 and seq.computed == seq.total - 1 and seq.generated > 0
+            if decode:
                 decode_seqs += 1
                 decode_ctx += seq.computed
             else:
                 prefill += n
                 pairs += attention_pairs(n, seq.computed)
+            if truth is not None:
+                truth.append((seq.req.cache_key or seq.req.request_id, n, seq.computed, decode))
         clock = self.gpu.clock_at(self.now_s)
         cost = self.timing.step(
             clock,
@@ -376,7 +383,9 @@ class Engine:
                     events.append(FirstToken(seq.req.request_id, end))
                 if self.emit_progress:
                     events.append(TokenProgress(seq.req.request_id, end, seq.generated))
-        self._account(clock, cost, 1)
+        above_idle_j = self._account(clock, cost, 1)
+        if self.truth is not None and truth is not None:
+            self.truth.step(clock, cost, above_idle_j, truth)
         step = _Step(self.now_s, end, events)
         self.now_s = end
         self._retire(end, events)
@@ -408,7 +417,10 @@ class Engine:
         bs = self._bs
         n = len(run.seqs)
         cost = self.timing.decode_run(run.clock_mhz, n, run.context0, k)
-        self._account(run.clock_mhz, cost, k)
+        above_idle_j = self._account(run.clock_mhz, cost, k)
+        if self.truth is not None:
+            keys = [(s.req.cache_key or s.req.request_id, s.computed) for s in run.seqs]
+            self.truth.run(run.clock_mhz, cost, above_idle_j, keys, k)
         self.now_s = run.start_s + cost.time_s
         need = 0
         for seq in run.seqs:
@@ -428,13 +440,16 @@ class Engine:
         self._retire(self.now_s, events)
         self._outbox.extend(events)
 
-    def _account(self, clock_mhz: int, cost: StepCost, steps: int) -> None:
+    def _account(self, clock_mhz: int, cost: StepCost, steps: int) -> float:
+        """Add a step's (or a run's) energy; returns the part above the idle draw
+        (what :class:`~simulator.energy_truth.EnergyTruth` splits among its sequences)."""
         energy = self.power.energy_j(clock_mhz, cost)
         t = cost.time_s
         self._last_power_w = energy / t if t > 0 else self._last_power_w
         self.gpu.add_energy(energy, self._last_power_w)
         self.counters.steps += steps
         self.counters.busy_s += t
+        return energy - self.power.idle_w(clock_mhz) * t
 
     def _retire(self, t_s: float, events: list[EngineEvent]) -> None:
         """Finished (or aborted) sequences leave; their context stays cached."""
