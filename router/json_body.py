@@ -76,7 +76,9 @@ def _loads(body: bytes, max_depth: int) -> Any:
         raise BadRequestError(f"JSON nested deeper than {max_depth} levels") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise BadRequestError(f"request body is not valid JSON: {exc}") from None
-    if not _depth_ok(obj, max_depth):
+    # Nesting needs an opening bracket per level: a body with few brackets (a short
+    # prompt) cannot be too deep, and the walk over the parsed object is skipped.
+    if body.count(b"[") + body.count(b"{") > max_depth and not _depth_ok(obj, max_depth):
         raise BadRequestError(f"JSON nested deeper than {max_depth} levels")
     return obj
 
