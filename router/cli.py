@@ -166,7 +166,7 @@ def run(
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
     """The event loop the router runs on (config ``event_loop``); None: asyncio's.
 
-    uvloop (libuv) runs the same aiohttp code with 7-12% fewer instructions per
+    uvloop (libuv) runs the same aiohttp code with 7-13% fewer instructions per
     proxied request (docs/router.md, overhead benchmark), so ``auto`` takes it
     whenever it is installed.
     """
