@@ -117,6 +117,7 @@ class _Instance:
         "ongoing",
         "pending",
         "pre_mark",
+        "usage",
     )
 
     def __init__(self, index: int, engine: Engine, gpu: SimulatedGpu, ctrl: Controller) -> None:
@@ -133,9 +134,28 @@ class _Instance:
         self.energy_mark_j = 0.0
         self.gen_mark = 0
         self.pre_mark = 0
+        self.usage = 0
+        """Σ ``C_a`` of ``ongoing``, kept up to date by :meth:`join`, :meth:`leave` and
+        :meth:`completed` (summing it afresh at every request was a hot spot)."""
 
     def usage_tokens(self) -> int:
-        return sum(a.usage_tokens() for a in self.ongoing.values())
+        return self.usage
+
+    def join(self, agent: SimAgent) -> None:
+        self.ongoing[agent.agent_id] = agent
+        self.usage += agent.usage_tokens()
+
+    def leave(self, agent_id: str) -> None:
+        agent = self.ongoing.pop(agent_id, None)
+        if agent is not None:
+            self.usage -= agent.usage_tokens()
+
+    def completed(self, agent: SimAgent, t: float, prompt_tokens: int, output_tokens: int) -> None:
+        """``agent`` (ongoing here) finished a request: its ``C_a`` changes."""
+        before = agent.usage_tokens()
+        agent.complete(t, prompt_tokens, output_tokens)
+        if agent.agent_id in self.ongoing:
+            self.usage += agent.usage_tokens() - before
 
 
 class Cluster:
@@ -298,7 +318,7 @@ class Cluster:
     def _admit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
         agent.admitted = True
         agent.pending_s += t - agent.waiting_since_s
-        inst.ongoing[agent.agent_id] = agent
+        inst.join(agent)
         if agent.held:
             agent.held = False
             self._submit(inst, agent, t)
@@ -340,8 +360,8 @@ class Cluster:
             agent.steps_since_assignment = 0
         if decision.target is not None:
             target = self.instances[self.names.index(decision.target)]
-            del inst.ongoing[agent.agent_id]
-            target.ongoing[agent.agent_id] = agent
+            inst.leave(agent.agent_id)
+            target.join(agent)
             agent.instance = target.index
             agent.instances.append(target.index)
             self.reassignments += 1
@@ -355,15 +375,15 @@ class Cluster:
             return
         inst = self.instances[agent.instance]
         if isinstance(ev, RequestRejected):
-            inst.ongoing.pop(agent.agent_id, None)
+            inst.leave(agent.agent_id)
             self.agents_done.append(self._record(agent, t, "rejected"))
             self._rehome_held(t)
             return
         assert isinstance(ev, RequestFinished)
         inst.observations.append(self._observation(inst, ev))
-        agent.complete(t, ev.prompt_tokens, ev.output_tokens)
+        inst.completed(agent, t, ev.prompt_tokens, ev.output_tokens)
         if agent.done:
-            inst.ongoing.pop(agent.agent_id, None)
+            inst.leave(agent.agent_id)
             if self.confident is not None:
                 self.confident.forget(agent.agent_id)
             self.agents_done.append(self._record(agent, t, "end"))

@@ -82,6 +82,7 @@ class Engine:
         self._last_power_w = power.idle_w(gpu.clock_at(start_s))
         self._bs = params.block_size
         self._known_s = start_s
+        self._aborted_running = False
 
     # ------------------------------------------------------------------ API
     @property
@@ -118,6 +119,7 @@ class Engine:
         for seq in self.running:
             if seq.req.request_id == request_id:
                 seq.aborted = True
+                self._aborted_running = True
                 if not isinstance(self._plan, _Step):
                     self._drop_aborted()
                 return True
@@ -225,35 +227,35 @@ class Engine:
         steps = _MAX_RUN_STEPS
         context = 0
         for seq in running:
-            if seq.total - seq.computed != 1 or seq.aborted:
+            computed = seq.computed
+            if seq.total - computed != 1 or seq.aborted:
                 return None
-            left = seq.req.output_tokens - seq.generated
+            left = seq.out - seq.generated
             if left < steps:
                 steps = left
-            context += seq.computed
+            context += computed
         if steps < 2:
             return None
-        clock = self.gpu.clock_at(self.now_s)
+        now = self.now_s
+        clock = self.gpu.clock_at(now)
         change = self.gpu.next_change_s()
-        if change is not None and change > self.now_s:
+        if change is not None and change > now:
             steps = min(
                 steps,
-                self.timing.decode_steps_before(clock, len(running), context, change - self.now_s),
+                self.timing.decode_steps_before(clock, len(running), context, change - now),
             )
-        steps = min(steps, self._steps_fitting(self.kv.available_blocks, steps))
+        steps = self._steps_fitting(self.kv.available_blocks, steps)
         if steps < 2:
             return None
-        run = _Run(self.now_s, list(running), steps, clock, context)
         cost = self.timing.decode_run(clock, len(running), context, steps)
-        run.end_s = self.now_s + cost.time_s
-        return run
+        return _Run(now, list(running), steps, clock, context, cost)
 
     def _steps_fitting(self, available: int, upper: int) -> int:
         """Largest k ≤ upper with Σ new blocks after k decode steps ≤ available."""
         bs = self._bs
-        comps = [s.computed for s in self.running]
-        if len(comps) * (upper // bs + 1) <= available:
+        if len(self.running) * (upper // bs + 1) <= available:
             return upper  # even the worst case (a new block every bs steps) fits
+        comps = [s.computed for s in self.running]
 
         def need(k: int) -> int:
             return sum(-(-(c + k) // bs) - -(-c // bs) for c in comps)
@@ -364,22 +366,30 @@ class Engine:
             attn_pairs=pairs,
         )
         end = self.now_s + cost.time_s
-        self.counters.prefill_computed_tokens += prefill
+        counters = self.counters
+        counters.prefill_computed_tokens += prefill
+        progress = self.emit_progress
+        done: list[_Seq] = []
         for seq, n in scheduled:
             seq.computed += n
             if seq.computed == seq.total:
                 seq.generated += 1
                 seq.total += 1
-                self.counters.generation_tokens += 1
+                counters.generation_tokens += 1
                 if seq.first_token_s < 0:
                     seq.first_token_s = end
                     events.append(FirstToken(seq.req.request_id, end))
-                if self.emit_progress:
+                if progress:
                     events.append(TokenProgress(seq.req.request_id, end, seq.generated))
+                if seq.generated >= seq.out:
+                    done.append(seq)
         self._account(clock, cost, 1)
         step = _Step(self.now_s, end, events)
         self.now_s = end
-        self._retire(end, events)
+        if self._aborted_running:
+            self._retire(end, events)
+        elif done:
+            self._retire_seqs(done, end, events)
         return step
 
     # ---------------------------------------------------------------- commit
@@ -407,43 +417,58 @@ class Engine:
             return
         bs = self._bs
         n = len(run.seqs)
-        cost = self.timing.decode_run(run.clock_mhz, n, run.context0, k)
+        cost = (
+            run.cost
+            if k == run.steps
+            else self.timing.decode_run(run.clock_mhz, n, run.context0, k)
+        )
         self._account(run.clock_mhz, cost, k)
-        self.now_s = run.start_s + cost.time_s
+        now = self.now_s = run.start_s + cost.time_s
         need = 0
+        done: list[_Seq] = []
         for seq in run.seqs:
-            new_blocks = -(-(seq.computed + k) // bs) - seq.blocks
-            need += new_blocks
-            seq.blocks += new_blocks
-            seq.computed += k
-            seq.generated += k
+            computed = seq.computed + k
+            blocks = -(-computed // bs)
+            need += blocks - seq.blocks
+            seq.blocks = blocks
+            seq.computed = computed
             seq.total += k
+            generated = seq.generated = seq.generated + k
+            if generated >= seq.out:
+                done.append(seq)
         if not self.kv.allocate(need):
             raise EngineError("decode run outgrew the KV cache (planning bug)")
         self.counters.generation_tokens += n * k
         events: list[EngineEvent] = []
         if self.emit_progress:
-            now = self.now_s
             events.extend(TokenProgress(s.req.request_id, now, s.generated) for s in run.seqs)
-        self._retire(self.now_s, events)
+        if done:
+            self._retire_seqs(done, now, events)
         self._outbox.extend(events)
 
     def _account(self, clock_mhz: int, cost: StepCost, steps: int) -> None:
         energy = self.power.energy_j(clock_mhz, cost)
         t = cost.time_s
-        self._last_power_w = energy / t if t > 0 else self._last_power_w
+        if t > 0:
+            self._last_power_w = energy / t
         self.gpu.add_energy(energy, self._last_power_w)
-        self.counters.steps += steps
-        self.counters.busy_s += t
+        counters = self.counters
+        counters.steps += steps
+        counters.busy_s += t
 
     def _retire(self, t_s: float, events: list[EngineEvent]) -> None:
         """Finished (or aborted) sequences leave; their context stays cached."""
-        done = [s for s in self.running if s.generated >= s.req.output_tokens or s.aborted]
-        if not done:
-            return
-        self.running = [
-            s for s in self.running if s.generated < s.req.output_tokens and not s.aborted
-        ]
+        self._aborted_running = False
+        done = [s for s in self.running if s.generated >= s.out or s.aborted]
+        if done:
+            self._retire_seqs(done, t_s, events)
+
+    def _retire_seqs(self, done: list[_Seq], t_s: float, events: list[EngineEvent]) -> None:
+        """``done`` (running, in running order) leave; their context stays cached."""
+        if len(done) == 1:
+            self.running.remove(done[0])
+        else:
+            self.running = [s for s in self.running if s.generated < s.out and not s.aborted]
         bs = self._bs
         for seq in done:
             self.kv.release(seq.req.cache_key, seq.blocks, seq.computed // bs)

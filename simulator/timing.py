@@ -57,6 +57,20 @@ class TimingModel:
         self._kv_s_per_token = p.kv_bytes_per_token / (p.mem_bw_bytes_s * p.kv_bw_efficiency)
         self._miss = 1.0 - p.experts_per_token / p.num_experts
         self._expert_cache: dict[int, float] = {}
+        # Per-clock factors ``(s_m, s_c, cpu + fixed·s_c)``: a handful of clocks are
+        # ever used, and the hot loop asks for them at every step and run.
+        self._clock_cache: dict[float, tuple[float, float, float]] = {}
+
+    def _factors(self, clock_mhz: float) -> tuple[float, float, float]:
+        """``(mem_slowdown, compute_slowdown, cpu + fixed·s_c)`` at ``clock_mhz``, cached
+        (the same floats as computing them afresh, so results do not change)."""
+        got = self._clock_cache.get(clock_mhz)
+        if got is None:
+            p = self.params
+            sc = self.compute_slowdown(clock_mhz)
+            got = (self.mem_slowdown(clock_mhz), sc, p.cpu_overhead_s + p.gpu_fixed_s * sc)
+            self._clock_cache[clock_mhz] = got
+        return got
 
     def distinct_experts(self, tokens: int) -> float:
         """``E(T) = N·(1 − (1 − k/N)^T)``: expected experts read per layer."""
@@ -101,8 +115,7 @@ class TimingModel:
         """Cost of one step: ``decode_seqs`` sequences reading ``decode_context_tokens``
         of KV in total, plus prefill chunks of ``prefill_tokens`` with ``attn_pairs``."""
         p = self.params
-        sm = self.mem_slowdown(clock_mhz)
-        sc = self.compute_slowdown(clock_mhz)
+        sm, sc, _ = self._factors(clock_mhz)
         weights = self.weight_s(decode_seqs + prefill_tokens) * sm
         gemm = prefill_tokens * p.prefill_s_per_token * sc
         mem = decode_context_tokens * self._kv_s_per_token * sm
@@ -121,9 +134,7 @@ class TimingModel:
         """For a pure-decode run: ``(const_s, mem0_s, dmem_s)`` such that step ``k``
         (0-based) takes ``const_s + mem0_s + k·dmem_s`` seconds, all in ``mem_s``
         except ``const_s`` (cpu + fixed)."""
-        p = self.params
-        sm = self.mem_slowdown(clock_mhz)
-        const = p.cpu_overhead_s + p.gpu_fixed_s * self.compute_slowdown(clock_mhz)
+        sm, _, const = self._factors(clock_mhz)
         mem0 = (self.weight_s(seqs) + context_tokens * self._kv_s_per_token) * sm
         dmem = seqs * self._kv_s_per_token * sm
         return const, mem0, dmem
@@ -131,8 +142,10 @@ class TimingModel:
     def decode_run(self, clock_mhz: float, seqs: int, context_tokens: int, steps: int) -> StepCost:
         """Summed cost of ``steps`` decode steps; each adds one token per sequence."""
         p = self.params
-        sc = self.compute_slowdown(clock_mhz)
-        _, mem0, dmem = self.decode_coeffs(clock_mhz, seqs, context_tokens)
+        sm, sc, _ = self._factors(clock_mhz)
+        kv = self._kv_s_per_token
+        mem0 = (self.weight_s(seqs) + context_tokens * kv) * sm  # as in decode_coeffs
+        dmem = seqs * kv * sm
         mem = steps * mem0 + dmem * steps * (steps - 1) / 2.0
         return StepCost(steps * p.cpu_overhead_s, steps * p.gpu_fixed_s * sc, mem, 0.0)
 
