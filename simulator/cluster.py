@@ -218,21 +218,23 @@ class Cluster:
             if t < end:
                 self._push(t, _ARRIVAL, (self.workload.program(i), None))
         self._push(0.0, _EPOCH, 0)
-        engines = [inst.engine for inst in self.instances]
+        engines = [(inst, inst.engine) for inst in self.instances]
+        heap = self._heap
+        inf = float("inf")
         while True:
-            t_heap = self._heap[0][0] if self._heap else float("inf")
-            t_eng: float = float("inf")
-            which = -1
-            for i, eng in enumerate(engines):
-                t_next = eng.next_event_time()
+            t_heap = heap[0][0] if heap else inf
+            t_eng = inf
+            which: tuple[_Instance, Engine] | None = None
+            for pair in engines:
+                t_next = pair[1].next_event_time()
                 if t_next is not None and t_next < t_eng:
-                    t_eng, which = t_next, i
-            if which >= 0 and t_eng <= t_heap and t_eng <= end:
-                self._deliver(self.instances[which], engines[which].advance_to(t_eng))
+                    t_eng, which = t_next, pair
+            if which is not None and t_eng <= t_heap and t_eng <= end:
+                self._deliver(which[0], which[1].advance_to(t_eng))
                 continue
             if t_heap > end:
                 break
-            t, _, kind, payload = heapq.heappop(self._heap)
+            t, _, kind, payload = heapq.heappop(heap)
             if kind == _ENGINE:
                 self._on_engine_event(t, payload)
             elif kind == _RELEASE:
@@ -247,8 +249,8 @@ class Cluster:
 
     def _deliver(self, inst: _Instance, events: list[EngineEvent]) -> None:
         for ev in events:
-            if isinstance(ev, RequestFinished | RequestRejected):
-                self._push(ev.t_s, _ENGINE, (inst.index, ev))
+            if type(ev) is RequestFinished or type(ev) is RequestRejected:
+                heapq.heappush(self._heap, (ev.t_s, next(self._seq), _ENGINE, (inst.index, ev)))
 
     # -------------------------------------------------------------- arrivals
     def _loads(self) -> list[InstanceLoad]:

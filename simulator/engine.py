@@ -280,22 +280,26 @@ class Engine:
         scheduled: list[tuple[_Seq, int]] = []
         events: list[EngineEvent] = []
         preempted = False
+        running = self.running
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.total - seq.computed, budget)
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            n = seq.total - seq.computed
+            if n > budget:
+                n = budget
             need = -(-(seq.computed + n) // bs) - seq.blocks
-            ok = True
-            while need > 0 and not kv.allocate(need):
-                victim = self.running.pop()
-                self._preempt(victim, events)
-                preempted = True
-                if victim is seq:
-                    ok = False
+            if need > 0:
+                ok = True
+                while not kv.allocate(need):
+                    victim = running.pop()
+                    self._preempt(victim, events)
+                    preempted = True
+                    if victim is seq:
+                        ok = False
+                        break
+                if not ok:
                     break
-            if not ok:
-                break
-            seq.blocks += need
+                seq.blocks += need
             scheduled.append((seq, n))
             budget -= n
             i += 1
@@ -351,12 +355,13 @@ class Engine:
     def _finish_plan(self, scheduled: list[tuple[_Seq, int]], events: list[EngineEvent]) -> _Step:
         decode_seqs = decode_ctx = prefill = pairs = 0
         for seq, n in scheduled:
-            if n == 1 and seq.computed == seq.total - 1 and seq.generated > 0:
+            computed = seq.computed
+            if n == 1 and computed == seq.total - 1 and seq.generated > 0:
                 decode_seqs += 1
-                decode_ctx += seq.computed
+                decode_ctx += computed
             else:
                 prefill += n
-                pairs += attention_pairs(n, seq.computed)
+                pairs += attention_pairs(n, computed)
         clock = self.gpu.clock_at(self.now_s)
         cost = self.timing.step(
             clock,
@@ -371,8 +376,8 @@ class Engine:
         progress = self.emit_progress
         done: list[_Seq] = []
         for seq, n in scheduled:
-            seq.computed += n
-            if seq.computed == seq.total:
+            computed = seq.computed = seq.computed + n
+            if computed == seq.total:
                 seq.generated += 1
                 seq.total += 1
                 counters.generation_tokens += 1
