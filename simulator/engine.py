@@ -83,6 +83,10 @@ class Engine:
         self._bs = params.block_size
         self._known_s = start_s
         self._aborted_running = False
+        self._decoding: tuple[int, int] | None = None
+        """``(Σ computed, min tokens left)`` of ``running`` right after a decode run
+        committed (all of them still decoding), so the next run is planned without
+        another pass over the sequences; None once anything else touched them."""
 
     # ------------------------------------------------------------------ API
     @property
@@ -120,6 +124,7 @@ class Engine:
             if seq.req.request_id == request_id:
                 seq.aborted = True
                 self._aborted_running = True
+                self._decoding = None
                 if not isinstance(self._plan, _Step):
                     self._drop_aborted()
                 return True
@@ -224,16 +229,19 @@ class Engine:
         running = self.running
         if not self.fast_forward or not running or not self._waiting_blocked():
             return None
-        steps = _MAX_RUN_STEPS
-        context = 0
-        for seq in running:
-            computed = seq.computed
-            if seq.total - computed != 1 or seq.aborted:
-                return None
-            left = seq.out - seq.generated
-            if left < steps:
-                steps = left
-            context += computed
+        if self._decoding is not None:
+            context, steps = self._decoding
+        else:
+            steps = _MAX_RUN_STEPS
+            context = 0
+            for seq in running:
+                computed = seq.computed
+                if seq.total - computed != 1 or seq.aborted:
+                    return None
+                left = seq.out - seq.generated
+                if left < steps:
+                    steps = left
+                context += computed
         if steps < 2:
             return None
         now = self.now_s
@@ -274,6 +282,7 @@ class Engine:
     # ------------------------------------------------------- mixed step path
     def _plan_step(self) -> _Step:
         """Schedule one step V1-style; decisions apply now, effects at its end."""
+        self._decoding = None
         bs = self._bs
         kv = self.kv
         budget = self.params.max_num_batched_tokens
@@ -431,6 +440,8 @@ class Engine:
         now = self.now_s = run.start_s + cost.time_s
         need = 0
         done: list[_Seq] = []
+        context = 0
+        least = _MAX_RUN_STEPS
         for seq in run.seqs:
             computed = seq.computed + k
             blocks = -(-computed // bs)
@@ -439,8 +450,13 @@ class Engine:
             seq.computed = computed
             seq.total += k
             generated = seq.generated = seq.generated + k
-            if generated >= seq.out:
+            left = seq.out - generated
+            if left <= 0:
                 done.append(seq)
+            else:
+                context += computed
+                if left < least:
+                    least = left
         if not self.kv.allocate(need):
             raise EngineError("decode run outgrew the KV cache (planning bug)")
         self.counters.generation_tokens += n * k
@@ -449,6 +465,7 @@ class Engine:
             events.extend(TokenProgress(s.req.request_id, now, s.generated) for s in run.seqs)
         if done:
             self._retire_seqs(done, now, events)
+        self._decoding = (context, least)
         self._outbox.extend(events)
 
     def _account(self, clock_mhz: int, cost: StepCost, steps: int) -> None:
@@ -464,6 +481,7 @@ class Engine:
     def _retire(self, t_s: float, events: list[EngineEvent]) -> None:
         """Finished (or aborted) sequences leave; their context stays cached."""
         self._aborted_running = False
+        self._decoding = None
         done = [s for s in self.running if s.generated >= s.out or s.aborted]
         if done:
             self._retire_seqs(done, t_s, events)

@@ -59,6 +59,7 @@ class TimingModel:
         self._kv_s_per_token = p.kv_bytes_per_token / (p.mem_bw_bytes_s * p.kv_bw_efficiency)
         self._miss = 1.0 - p.experts_per_token / p.num_experts
         self._expert_cache: dict[int, float] = {}
+        self._weight_cache: dict[int, float] = {}
         # Per-clock factors ``(s_m, s_c, cpu + fixed·s_c)``: a handful of clocks are
         # ever used, and the hot loop asks for them at every step and run.
         self._clock_cache: dict[float, tuple[float, float, float]] = {}
@@ -99,11 +100,18 @@ class TimingModel:
         return p.ref_clock_mhz / min(max(clock_mhz, 1.0), p.compute_cap_mhz)
 
     def weight_s(self, tokens: int) -> float:
-        p = self.params
-        if tokens <= 0:
-            return 0.0
-        volume = p.base_weight_bytes + self.distinct_experts(tokens) * p.expert_weight_bytes
-        return volume * self._weight_s_per_byte
+        """Weight-streaming time of a step with ``tokens`` tokens at the reference
+        clock (cached per token count, like :meth:`distinct_experts`)."""
+        got = self._weight_cache.get(tokens)
+        if got is None:
+            p = self.params
+            if tokens <= 0:
+                return 0.0
+            volume = p.base_weight_bytes + self.distinct_experts(tokens) * p.expert_weight_bytes
+            got = volume * self._weight_s_per_byte
+            if len(self._weight_cache) < 20_000:
+                self._weight_cache[tokens] = got
+        return got
 
     def step(
         self,
