@@ -384,19 +384,21 @@ class Engine:
         counters.prefill_computed_tokens += prefill
         progress = self.emit_progress
         done: list[_Seq] = []
+        tokens = 0
         for seq, n in scheduled:
             computed = seq.computed = seq.computed + n
             if computed == seq.total:
-                seq.generated += 1
-                seq.total += 1
-                counters.generation_tokens += 1
+                generated = seq.generated = seq.generated + 1
+                seq.total = computed + 1
+                tokens += 1
                 if seq.first_token_s < 0:
                     seq.first_token_s = end
                     events.append(FirstToken(seq.req.request_id, end))
                 if progress:
-                    events.append(TokenProgress(seq.req.request_id, end, seq.generated))
-                if seq.generated >= seq.out:
+                    events.append(TokenProgress(seq.req.request_id, end, generated))
+                if generated >= seq.out:
                     done.append(seq)
+        counters.generation_tokens += tokens
         self._account(clock, cost, 1)
         step = _Step(self.now_s, end, events)
         self.now_s = end
