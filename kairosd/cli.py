@@ -34,11 +34,13 @@ from kairos_common.cli import (
 )
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
-from kairosd.config import BACKENDS, load_daemon_config
-from kairosd.errors import GpuError, GpuPermissionError
+from kairosd.errors import EXIT_CONFIG, EXIT_NO_CONTROL, EXIT_NO_GPU, GpuError, GpuPermissionError
 from kairosd.gpu.base import GpuBackend, GpuStatus
-from kairosd.service import EXIT_CONFIG, EXIT_NO_CONTROL, EXIT_NO_GPU, serve
-from kairosd.startup import open_backend
+from kairosd.gpu.opening import BACKENDS, open_backend
+
+# ``run``'s configuration and service (controllers, numpy) are imported inside
+# the commands that need them: ``kairosd reset`` runs from ExecStopPost after a
+# crash, and must not spend a second importing the control law.
 
 app = make_app(
     "Kairos per-instance GPU power daemon (context-aware DVFS + admission control).",
@@ -165,6 +167,8 @@ def run(
         }
         if slo is not None:
             overrides["kairos"] = {"slo_tok_s": slo}
+        from kairosd.config import load_daemon_config
+
         cfg = load_daemon_config(config, overrides=overrides)
         if not cfg.instance or not cfg.vllm_url:
             raise ConfigError("--instance and --vllm-url are required (flag, config or env)")
@@ -178,6 +182,8 @@ def run(
 
 
 async def _run(cfg: Any) -> int:
+    from kairosd.service import serve
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -254,6 +260,8 @@ def _target(
                 )
             url = check_http_url(vllm_url or "http://127.0.0.1:8000", "--vllm-url")
             return backend or "zeus", url, None
+        from kairosd.config import load_daemon_config
+
         cfg = load_daemon_config(config, overrides={"gpu_backend": backend, "vllm_url": vllm_url})
     except ConfigError as exc:
         fail(PROG, str(exc), EXIT_CONFIG)

@@ -21,8 +21,8 @@ from controllers.registry import POLICY_NAMES
 from kairos_common.cli import check_http_url, check_log_level, check_port
 from kairos_common.config import load_config
 from kairos_common.credentials import daemon_file, discover_credential
+from kairosd.gpu.opening import BACKENDS
 
-BACKENDS = ("zeus", "sim", "observe")
 ENV_PREFIX = "KAIROSD"
 # Input timeouts when not set: 1 s, or a fifth of a shorter epoch, so that
 # `--epoch-s 1` works without also having to pass two timeouts.

@@ -18,7 +18,15 @@ import structlog
 from controllers.errors import ControllerError
 from kairos_common.cli import listen_error
 from kairosd.config import KairosdConfig
-from kairosd.errors import GpuError, GpuPermissionError
+from kairosd.errors import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_NO_CONTROL,
+    EXIT_NO_GPU,
+    EXIT_OK,
+    GpuError,
+    GpuPermissionError,
+)
 from kairosd.gpu.base import GpuBackend
 from kairosd.gpu_reset import reset_clocks
 from kairosd.health_server import HealthServer
@@ -31,8 +39,6 @@ from kairosd.vllm_client import VllmClient
 from reporting.records import JsonlWriter
 
 log = structlog.get_logger()
-
-EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_NO_CONTROL, EXIT_NO_GPU = 0, 1, 2, 3, 4
 
 
 async def serve(

@@ -1,9 +1,8 @@
-"""Start-up: open the configured GPU backend, reconcile it, build levels and the
-controller. Kept apart from the loop so ``kairosd gpus`` / ``reset`` reuse it."""
+"""Start-up: open the configured GPU backend (:mod:`kairosd.gpu.opening`), reconcile
+it, build levels and the controller. Kept apart from the loop."""
 
 from __future__ import annotations
 
-import aiohttp
 import structlog
 
 from controllers.errors import UnknownPolicyError
@@ -15,30 +14,11 @@ from kairosd.config import KairosdConfig
 from kairosd.errors import GpuPermissionError
 from kairosd.gpu.base import GpuBackend
 from kairosd.gpu.observe import ObserveBackend
-from kairosd.gpu.sim_backend import SimBackend
+from kairosd.gpu.opening import open_backend
+
+__all__ = ["build_controller", "open_backend", "prepare_backend"]
 
 log = structlog.get_logger()
-
-
-async def open_backend(
-    kind: str,
-    *,
-    vllm_url: str,
-    gpus: tuple[int, ...] | None,
-    timeout_s: float,
-    session: aiohttp.ClientSession,
-) -> GpuBackend:
-    """Build the backend named ``kind`` (``zeus``, ``sim`` or ``observe``).
-
-    ``observe`` reads the real GPUs through Zeus and never writes. Zeus is
-    imported only here, only when asked for, so CPU-only hosts never load it.
-    """
-    if kind == "sim":
-        return SimBackend(vllm_url, gpus if gpus is not None else (0,), session, timeout_s)
-    from kairosd.gpu.zeus_backend import ZeusBackend
-
-    backend = await ZeusBackend.open(gpus, timeout_s)
-    return ObserveBackend(backend) if kind == "observe" else backend
 
 
 async def prepare_backend(backend: GpuBackend, *, require_control: bool) -> GpuBackend:

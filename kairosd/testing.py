@@ -364,8 +364,16 @@ class FakeZeusGpus:
     def get_name(self, gpu_index: int) -> str:
         return "Fake Zeus GPU"
 
-    def get_supported_graphics_clocks(self, gpu_index: int) -> list[int]:
+    def get_supported_memory_clocks(self, gpu_index: int) -> list[int]:
+        return [1593, 2619]  # H100 SXM lists its HBM clock(s); the top one is the running one
+
+    def get_supported_graphics_clocks(
+        self, gpu_index: int, memory_clock_mhz: int | None = None
+    ) -> list[int]:
         self._enter("supported", gpu_index)
+        if memory_clock_mhz is None:
+            # As Zeus 0.16 on a real H200 did: it hands None on to NVML's c_uint.
+            raise TypeError("'NoneType' object cannot be interpreted as an integer")
         return list(reversed(self.supported))  # NVML lists clocks descending
 
     def set_gpu_locked_clocks(self, gpu_index: int, min_clock_mhz: int, max_clock_mhz: int) -> None:

@@ -60,6 +60,11 @@ class StackConfig:
     kv_capacity_tokens: int | None = None
     python: str = sys.executable
     startup_timeout_s: float = 60.0
+    gpu_backend: str = "sim"
+    """``sim`` (the fake vLLM's simulated GPU) or ``observe`` (the daemons read this
+    machine's real GPUs and never change them: ``scripts/gpu_observe_check.py``)."""
+    gpus: tuple[tuple[int, ...], ...] = ()
+    """With a real backend, each instance's GPU indices (default: instance i, GPU i)."""
 
 
 @dataclass(slots=True)
@@ -183,6 +188,14 @@ def _level_flags(cfg: StackConfig) -> list[str]:
     return flags
 
 
+def _gpu_flags(cfg: StackConfig, i: int) -> list[str]:
+    """``--gpus`` for a real backend (the sim backend finds its GPUs on the fake vLLM)."""
+    if cfg.gpu_backend == "sim":
+        return []
+    gpus = cfg.gpus[i] if i < len(cfg.gpus) else (i,)
+    return ["--gpus", ",".join(str(g) for g in gpus)]
+
+
 async def _start_daemon(stack: Stack, i: int) -> None:
     cfg = stack.config
     epoch_real_s = cfg.epoch_s / cfg.speedup
@@ -200,7 +213,8 @@ async def _start_daemon(stack: Stack, i: int) -> None:
             "--router-url",
             stack.router_url,
             "--gpu-backend",
-            "sim",
+            cfg.gpu_backend,
+            *_gpu_flags(cfg, i),
             "--policy",
             cfg.policy,
             "--epoch-s",

@@ -47,7 +47,10 @@ class ZeusGpus(Protocol):
     @property
     def gpus(self) -> Sequence[Any]: ...
     def get_name(self, gpu_index: int) -> str: ...
-    def get_supported_graphics_clocks(self, gpu_index: int) -> list[int]: ...
+    def get_supported_memory_clocks(self, gpu_index: int) -> list[int]: ...
+    def get_supported_graphics_clocks(
+        self, gpu_index: int, memory_clock_mhz: int | None = None
+    ) -> list[int]: ...
     def set_gpu_locked_clocks(
         self, gpu_index: int, min_clock_mhz: int, max_clock_mhz: int
     ) -> None: ...
@@ -160,6 +163,9 @@ class BlockingCaller:
             raise GpuTimeoutError(f"GPU call did not return within {self.timeout_s} s") from exc
         except (ZeusBaseError, PermissionError) as exc:
             raise translate_zeus_error(exc) from exc
+        except (pynvml.NVMLError, TypeError, ValueError, OSError) as exc:
+            # A vendor bug or an NVML error Zeus did not wrap: still the GPU's error.
+            raise GpuError(f"GPU call failed: {type(exc).__name__}: {exc}") from exc
 
 
 class ZeusBackend:
@@ -210,7 +216,7 @@ class ZeusBackend:
         if i not in self._energy_ok:
             self._energy_ok[i] = bool(g.supports_get_total_energy_consumption(i))
         if i not in self._clocks:  # fixed per GPU: read once, not every epoch
-            self._clocks[i] = tuple(sorted(int(c) for c in g.get_supported_graphics_clocks(i)))
+            self._clocks[i] = _graphics_clocks_mhz(g, i)
         energy = int(g.get_total_energy_consumption(i)) if self._energy_ok[i] else None
         return GpuStatus(
             index=i,
@@ -243,6 +249,18 @@ class ZeusBackend:
 
     async def close(self) -> None:
         await asyncio.sleep(0)
+
+
+def _graphics_clocks_mhz(g: ZeusGpus, i: int) -> tuple[int, ...]:
+    """Graphics clocks supported at the GPU's highest memory clock (the one it runs at).
+
+    The memory clock must be named: Zeus 0.16 passes its default ``None`` on to
+    NVML's ``c_uint`` and fails with a TypeError (seen on a real H200).
+    """
+    memory_mhz = max((int(c) for c in g.get_supported_memory_clocks(i)), default=0)
+    if memory_mhz <= 0:
+        raise GpuUnavailableError(f"GPU {i} reports no supported memory clock")
+    return tuple(sorted(int(c) for c in g.get_supported_graphics_clocks(i, memory_mhz)))
 
 
 def _current_clock_mhz(gpu: Any) -> int | None:

@@ -164,6 +164,21 @@ async def test_zeus_backend_reads_and_writes_all_gpus(fake_zeus: FakeZeusGpus) -
         ZeusBackend(fake_zeus, (5,))
 
 
+async def test_a_vendor_bug_in_a_read_is_a_gpu_error_not_a_crash(
+    fake_zeus: FakeZeusGpus,
+) -> None:
+    """Zeus 0.16 on a real H200 raised TypeError from a clock read; the daemon must
+    get its own error type (handled as an unreadable GPU), with the vendor's words."""
+
+    def broken(gpu_index: int, memory_clock_mhz: int | None = None) -> list[int]:
+        raise TypeError("'NoneType' object cannot be interpreted as an integer")
+
+    fake_zeus.get_supported_graphics_clocks = broken  # type: ignore[method-assign]
+    backend = ZeusBackend(fake_zeus, (0,), timeout_s=1.0)
+    with pytest.raises(GpuError, match=r"TypeError.*NoneType"):
+        await backend.status()
+
+
 async def test_nvml_permission_error_is_translated_and_falls_back(
     fake_zeus: FakeZeusGpus,
 ) -> None:
