@@ -385,6 +385,11 @@ class Engine:
         progress = self.emit_progress
         done: list[_Seq] = []
         tokens = 0
+        # Whether every running sequence decodes next (then the next run needs no
+        # pass over them: ``self._decoding``), with their context and shortest rest.
+        decoding = len(scheduled) == len(self.running) and not self._aborted_running
+        context = 0
+        least = _MAX_RUN_STEPS
         for seq, n in scheduled:
             computed = seq.computed = seq.computed + n
             if computed == seq.total:
@@ -396,8 +401,15 @@ class Engine:
                     events.append(FirstToken(seq.req.request_id, end))
                 if progress:
                     events.append(TokenProgress(seq.req.request_id, end, generated))
-                if generated >= seq.out:
+                left = seq.out - generated
+                if left <= 0:
                     done.append(seq)
+                else:
+                    context += computed
+                    if left < least:
+                        least = left
+            else:
+                decoding = False
         counters.generation_tokens += tokens
         self._account(clock, cost, 1)
         step = _Step(self.now_s, end, events)
@@ -406,6 +418,7 @@ class Engine:
             self._retire(end, events)
         elif done:
             self._retire_seqs(done, end, events)
+        self._decoding = (context, least) if decoding else None
         return step
 
     # ---------------------------------------------------------------- commit
