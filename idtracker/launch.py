@@ -26,7 +26,7 @@ from idtracker.supervisor import (
     spawn,
     supervise,
 )
-from kairos_common.wire import AgentEnd, AgentStart
+from kairos_common.wire import AgentEnd, AgentStart, AgentStarted
 
 log = structlog.get_logger()
 
@@ -96,9 +96,10 @@ def launch(
         try:
             outcome = _run(req, env, gate, now)
         except SpawnError as exc:
-            _report_end(client, agent_id, ChildOutcome(exc.exit_code, None, "spawn_failed"), req)
+            spawn_failed = ChildOutcome(exc.exit_code, None, "spawn_failed")
+            _report_end(client, started, spawn_failed, req)
             raise
-    _report_end(client, agent_id, outcome, req)
+    _report_end(client, started, outcome, req)
     return outcome.exit_code
 
 
@@ -120,9 +121,16 @@ def _run(req: LaunchRequest, env: dict[str, str], gate: SignalGate, clock: Clock
 
 
 def _report_end(
-    client: LifecycleClient, agent_id: str, outcome: ChildOutcome, req: LaunchRequest
+    client: LifecycleClient, started: AgentStarted, outcome: ChildOutcome, req: LaunchRequest
 ) -> None:
-    end = AgentEnd(exit_code=outcome.exit_code, signal=outcome.signal, reason=outcome.reason)
+    """Report the end with the agent's end key (kept in this process, never in the child's)."""
+    agent_id = started.agent_id
+    end = AgentEnd(
+        exit_code=outcome.exit_code,
+        signal=outcome.signal,
+        reason=outcome.reason,
+        end_key=started.end_key,
+    )
     if not client.report_end(agent_id, end, deadline_s=req.end_timeout_s):
         log.warning(
             "could not report agent end; the router's idle expiry will retire the agent",

@@ -72,6 +72,30 @@ def sign(agent_id: str, secret: bytes | None) -> str:
     return _b64(mac[:_SIG_BYTES])
 
 
+def end_key(agent_id: str, secret: bytes | None) -> str:
+    """The key that ends ``agent_id``: handed once, at start, to whoever started it.
+
+    The lifecycle credential is shared by every id-tracker of a host and a
+    same-user agent can read its file; the end key stays in the memory of the
+    id-tracker that started the agent, so one agent cannot end another. Derived
+    (HMAC), not stored: it survives a router restart with the signing secret.
+    Empty without a secret (unsigned identities: any lifecycle caller may end).
+    """
+    if secret is None:
+        return ""
+    mac = hmac.new(secret, f"{PREFIX}.end.{agent_id}".encode(), hashlib.sha256).digest()
+    return _b64(mac)
+
+
+def end_key_matches(agent_id: str, given: str | None, secret: bytes | None) -> bool:
+    """Constant-time check of an end key (always true without a secret)."""
+    if secret is None:
+        return True
+    if not given or not given.isascii():
+        return False
+    return hmac.compare_digest(given.encode("ascii"), end_key(agent_id, secret).encode("ascii"))
+
+
 def issue_token(agent_id: str, secret: bytes | None) -> str:
     """The identity token the router returns from agent start."""
     if not _AGENT_ID.match(agent_id):

@@ -131,6 +131,8 @@ class AgentStarted:
     agent_id: str
     token: str
     idle_expiry_s: float
+    end_key: str = field(default="", repr=False)
+    """Present it to end this agent with the lifecycle credential (empty: not needed)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,6 +143,7 @@ class AgentStarted:
             agent_id=_get(obj, "agent_id", str),
             token=_get(obj, "token", str),
             idle_expiry_s=_get(obj, "idle_expiry_s", float, lo=0, hi=MAX_DURATION_S),
+            end_key=_get(obj, "end_key", str, ""),
         )
 
 
@@ -154,6 +157,8 @@ class AgentEnd:
     exit_code: int
     signal: int | None = None
     reason: str = "exit"
+    end_key: str = field(default="", repr=False)
+    """From :class:`AgentStarted`; required with the lifecycle credential (not admin)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,6 +169,7 @@ class AgentEnd:
             exit_code=_get(obj, "exit_code", int, lo=-(2**31), hi=2**31),
             signal=_get(obj, "signal", int, None, lo=0, hi=1024),
             reason=_get(obj, "reason", str, "exit"),
+            end_key=_get(obj, "end_key", str, ""),
         )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from kairos_common.identity import issue_token, new_agent_id
+from kairos_common.identity import end_key, issue_token, new_agent_id
 from kairos_common.wire import AgentEnd, AgentStart, AgentStarted
 from reporting.records import AgentRecord, JsonlWriter
 from router.admission import AdmissionService
@@ -76,6 +76,7 @@ class AgentService:
             agent_id=agent_id,
             token=issue_token(agent_id, self.secret),
             idle_expiry_s=self.idle_expiry_s,
+            end_key=end_key(agent_id, self.secret),
         )
 
     def for_request(self, agent_id: str | None) -> Agent:

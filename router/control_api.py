@@ -16,6 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from kairos_common.errors import WireFormatError
+from kairos_common.identity import end_key_matches
 from kairos_common.wire import API_PREFIX, AdmissionDecision, AgentEnd, AgentStart
 from router.auth import ControlAuth, Role
 from router.core import RouterCore
@@ -76,13 +77,20 @@ class ControlApi:
         return web.json_response(started.to_json())
 
     async def end_agent(self, request: web.Request) -> web.Response:
-        self._lifecycle(request)
+        who = self.auth.require(request, Role.LIFECYCLE, Role.ADMIN)
         try:
             obj = await read_json_object(request)
             msg = AgentEnd.from_json(obj or {"exit_code": 0})
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
-        self.core.agents.end(request.match_info["agent_id"], msg)
+        agent_id = request.match_info["agent_id"]
+        # Every id-tracker holds the lifecycle credential; only the one that started
+        # this agent holds its end key. The admin may end any agent.
+        if who.role is Role.LIFECYCLE and not end_key_matches(
+            agent_id, msg.end_key, self.core.agents.secret
+        ):
+            raise ForbiddenError("ending an agent needs the end key its start returned")
+        self.core.agents.end(agent_id, msg)
         await self._durable()
         return web.json_response({"ok": True})
 

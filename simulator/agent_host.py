@@ -50,7 +50,7 @@ from idtracker import config as config_mod
 from idtracker import env as child_env_mod
 from idtracker.errors import IdTrackerError
 from idtracker.lifecycle_client import LifecycleClient
-from kairos_common.wire import AgentEnd, AgentStart
+from kairos_common.wire import AgentEnd, AgentStart, AgentStarted
 from simulator.replay_agent import (
     TurnFailedError,
     TurnSender,
@@ -166,7 +166,7 @@ class AgentHost:
         finally:
             self._write(program.agent_id, agent_id, late, code)
             if agent_id is not None:
-                await self._end(lifecycle, agent_id, code)
+                await self._end(lifecycle, started, code)
 
     async def _play(
         self,
@@ -223,12 +223,14 @@ class AgentHost:
 
         return send
 
-    async def _end(self, lifecycle: LifecycleClient, agent_id: str, code: int) -> None:
+    async def _end(self, lifecycle: LifecycleClient, started: AgentStarted, code: int) -> None:
         terminated = code == EXIT_TERMINATED
+        agent_id = started.agent_id
         end = AgentEnd(
             exit_code=code,
             signal=int(signal.SIGTERM) if terminated else None,
             reason="terminated" if terminated else ("exit" if code == 0 else "error"),
+            end_key=started.end_key,
         )
         # Shielded: a stop must not lose the end report of the agent it stopped.
         await asyncio.shield(

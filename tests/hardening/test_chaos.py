@@ -109,7 +109,8 @@ async def test_router_sigkill_restart_keeps_agents_and_nothing_ended_returns(
             )  # fmt: skip
             assert status == 200
             end = f"{url}/kairos/v1/agents/{b['agent_id']}/end"
-            status, _ = await _json(s, "POST", end, json={"exit_code": 0}, headers=life)
+            body = {"exit_code": 0, "end_key": b["end_key"]}
+            status, _ = await _json(s, "POST", end, json=body, headers=life)
             assert status == 200
         proc.send_signal(signal.SIGKILL)  # right after the acknowledgement
         await proc.wait()

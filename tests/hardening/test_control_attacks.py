@@ -85,6 +85,29 @@ async def test_agent_lifecycle_needs_the_lifecycle_or_admin_credential(
     assert (await call("POST", end, {"exit_code": 0}, router.admin_headers))[0] == 200
 
 
+async def test_an_agent_holding_the_lifecycle_credential_cannot_end_another(
+    router: RunningRouter,
+) -> None:
+    """Agents run as the id-trackers' user and may read the lifecycle credential;
+    ending an agent also needs its end key, which only its own id-tracker holds."""
+    url = router.url + "/kairos/v1/agents"
+    _, victim = await call("POST", url, {"name": "victim"}, router.lifecycle_headers)
+    _, other = await call("POST", url, {"name": "attacker"}, router.lifecycle_headers)
+    end = f"{url}/{victim['agent_id']}/end"
+    life = router.lifecycle_headers
+    for body in (
+        {"exit_code": 0},
+        {"exit_code": 0, "end_key": other["end_key"]},  # another agent's key
+        {"exit_code": 0, "end_key": victim["token"]},  # its identity token is not its end key
+        {"exit_code": 0, "end_key": "é" * 43},
+    ):
+        assert (await call("POST", end, body, life))[0] == 403
+    assert router.core.ledger.get(victim["agent_id"]) is not None
+    ok = {"exit_code": 0, "end_key": victim["end_key"]}
+    assert (await call("POST", end, ok, life))[0] == 200
+    assert router.core.ledger.get(victim["agent_id"]) is None
+
+
 async def test_a_decision_is_accepted_only_from_its_own_daemon(router: RunningRouter) -> None:
     url = router.url + "/kairos/v1/instances/i0/decision"
     assert (await call("POST", url, _decision("i0", 1)))[0] == 401

@@ -76,6 +76,14 @@ async def control(method: str, url: str, body: Any = None, **kw: Any) -> tuple[i
         return resp.status, await resp.json(content_type=None)
 
 
+def end_body(router: RunningRouter, token: str, exit_code: int = 0) -> dict[str, Any]:
+    """An agent-end body with the agent's end key, as the id-tracker that started it sends."""
+    from kairos_common.identity import end_key, parse_token
+
+    agent_id, _ = parse_token(token)
+    return {"exit_code": exit_code, "end_key": end_key(agent_id, router.core.agents.secret)}
+
+
 def agent_key(token: str, real_key: str | None = "sk-user") -> str:
     from kairos_common.identity import compose_key
 

@@ -13,7 +13,14 @@ from openai.types.chat import ChatCompletionMessageParam
 from kairos_common.wire import AdmissionDecision, InstanceState
 from router.config import AdmissionSettings
 from router.testing import FakeBackend, ManualClock, RunningRouter
-from tests.router.conftest import CHAT, StartRouter, agent_key, control, start_agent
+from tests.router.conftest import (
+    CHAT,
+    StartRouter,
+    agent_key,
+    control,
+    end_body,
+    start_agent,
+)
 
 BIG: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "x" * 20_000}
@@ -49,7 +56,7 @@ def _aid(token: str) -> str:
 
 async def _end(router: RunningRouter, token: str) -> None:
     status, _ = await control(
-        "POST", f"{router.url}/kairos/v1/agents/{_aid(token)}/end", {"exit_code": 0}
+        "POST", f"{router.url}/kairos/v1/agents/{_aid(token)}/end", end_body(router, token)
     )
     assert status == 200
 

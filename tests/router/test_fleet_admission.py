@@ -10,7 +10,14 @@ import openai
 from openai.types.chat import ChatCompletionMessageParam
 
 from router.testing import FakeBackend, RunningRouter
-from tests.router.conftest import CHAT, StartRouter, agent_key, control, start_agent
+from tests.router.conftest import (
+    CHAT,
+    StartRouter,
+    agent_key,
+    control,
+    end_body,
+    start_agent,
+)
 
 BIG: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "x" * 20_000}
@@ -68,7 +75,7 @@ async def test_held_agent_moves_to_the_instance_that_gets_room(
     held = asyncio.create_task(_turn(router, b, BIG))
     await adm.wait_until(lambda: len(adm.queue("i0")) == 1)  # no room anywhere: held
     status, _ = await control(
-        "POST", f"{router.url}/kairos/v1/agents/{c.split('.')[1]}/end", {"exit_code": 0}
+        "POST", f"{router.url}/kairos/v1/agents/{c.split('.')[1]}/end", end_body(router, c)
     )
     assert status == 200
     await asyncio.wait_for(held, 5.0)  # i1 freed: b moved there, i0 never freed

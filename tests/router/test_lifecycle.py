@@ -10,7 +10,14 @@ import openai
 
 from reporting.records import AgentRecord, read_records
 from router.testing import FakeBackend, ManualClock
-from tests.router.conftest import CHAT, StartRouter, agent_key, control, start_agent
+from tests.router.conftest import (
+    CHAT,
+    StartRouter,
+    agent_key,
+    control,
+    end_body,
+    start_agent,
+)
 
 
 async def test_end_writes_record_and_frees_context(
@@ -32,7 +39,7 @@ async def test_end_writes_record_and_frees_context(
     assert info["context_tokens"] == 104 and info["throughput_tok_s"] > 0
     assert router.core.ledger.usage_tokens("i0") == 104  # the parent made no request yet
     status, _ = await control(
-        "POST", f"{router.url}/kairos/v1/agents/{child_id}/end", {"exit_code": 3}
+        "POST", f"{router.url}/kairos/v1/agents/{child_id}/end", end_body(router, child, 3)
     )
     assert status == 200
     assert router.core.ledger.usage_tokens("i0") == 0
@@ -131,7 +138,8 @@ async def test_end_during_a_request_waits_for_its_accounting(
         client.chat.completions.create(model="fake-model", messages=CHAT)
     )
     await backend.wait_received(2)
-    status, _ = await control("POST", f"{router.url}/kairos/v1/agents/{agent_id}/end", {})
+    end = end_body(router, token)
+    status, _ = await control("POST", f"{router.url}/kairos/v1/agents/{agent_id}/end", end)
     assert status == 200
     assert not records.exists() or not records.read_text()  # not yet: a request is in flight
     backend.behaviour.gate.set()
