@@ -32,6 +32,7 @@ from collections import deque
 from simulator.engine_state import Run as _Run
 from simulator.engine_state import Seq as _Seq
 from simulator.engine_state import Step as _Step
+from simulator.engine_state import steps_fitting
 from simulator.engine_types import (
     EngineCounters,
     EngineEvent,
@@ -252,32 +253,11 @@ class Engine:
                 steps,
                 self.timing.decode_steps_before(clock, len(running), context, change - now),
             )
-        steps = self._steps_fitting(self.kv.available_blocks, steps)
+        steps = steps_fitting(running, self._bs, self.kv.available_blocks, steps)
         if steps < 2:
             return None
         cost = self.timing.decode_run(clock, len(running), context, steps)
         return _Run(now, list(running), steps, clock, context, cost)
-
-    def _steps_fitting(self, available: int, upper: int) -> int:
-        """Largest k ≤ upper with Σ new blocks after k decode steps ≤ available."""
-        bs = self._bs
-        if len(self.running) * (upper // bs + 1) <= available:
-            return upper  # even the worst case (a new block every bs steps) fits
-        comps = [s.computed for s in self.running]
-
-        def need(k: int) -> int:
-            return sum(-(-(c + k) // bs) - -(-c // bs) for c in comps)
-
-        if need(upper) <= available:
-            return upper
-        lo, hi = 0, upper
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if need(mid) <= available:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
 
     # ------------------------------------------------------- mixed step path
     def _plan_step(self) -> _Step:

@@ -1,4 +1,5 @@
-"""Scheduler state of the engine model: per-request sequences and planned work.
+"""Scheduler state of the engine model: per-request sequences, planned work and
+the KV-fit rule of a decode run.
 
 Internal to :mod:`simulator.engine` (kept apart only to keep modules small).
 """
@@ -76,3 +77,26 @@ class Run:
         self.cost = cost
         """Summed cost of all ``steps`` (reused when the run is committed whole)."""
         self.end_s = start_s + cost.time_s
+
+
+def steps_fitting(running: list[Seq], block_size: int, available: int, upper: int) -> int:
+    """Largest k ≤ ``upper`` such that ``running``'s new blocks after k decode steps
+    fit in ``available`` blocks (how far a decode run may go before the cache is full)."""
+    bs = block_size
+    if len(running) * (upper // bs + 1) <= available:
+        return upper  # even the worst case (a new block every bs steps) fits
+    comps = [s.computed for s in running]
+
+    def need(k: int) -> int:
+        return sum(-(-(c + k) // bs) - -(-c // bs) for c in comps)
+
+    if need(upper) <= available:
+        return upper
+    lo, hi = 0, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if need(mid) <= available:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
