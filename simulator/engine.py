@@ -270,13 +270,16 @@ class Engine:
         events: list[EngineEvent] = []
         preempted = False
         running = self.running
+        # The step's shape (see _finish_plan), summed while scheduling: one pass.
+        decode_seqs = decode_ctx = prefill = pairs = 0
         i = 0
         while i < len(running) and budget > 0:
             seq = running[i]
-            n = seq.total - seq.computed
+            computed = seq.computed
+            n = seq.total - computed
             if n > budget:
                 n = budget
-            need = -(-(seq.computed + n) // bs) - seq.blocks
+            need = -(-(computed + n) // bs) - seq.blocks
             if need > 0:
                 ok = True
                 while not kv.allocate(need):
@@ -289,12 +292,19 @@ class Engine:
                 if not ok:
                     break
                 seq.blocks += need
+            if n == 1 and computed == seq.total - 1 and seq.generated > 0:
+                decode_seqs += 1
+                decode_ctx += computed
+            else:
+                prefill += n
+                pairs += attention_pairs(n, computed)
             scheduled.append((seq, n))
             budget -= n
             i += 1
+        shape = (decode_seqs, decode_ctx, prefill, pairs, len(scheduled))
         if not preempted:
             budget = self._admit_waiting(budget, scheduled)
-        return self._finish_plan(scheduled, events)
+        return self._finish_plan(scheduled, events, shape)
 
     def _admit_waiting(self, budget: int, scheduled: list[tuple[_Seq, int]]) -> int:
         bs = self._bs
@@ -341,9 +351,17 @@ class Engine:
         self.waiting.appendleft(seq)
         events.append(Preempted(seq.req.request_id, self.now_s))
 
-    def _finish_plan(self, scheduled: list[tuple[_Seq, int]], events: list[EngineEvent]) -> _Step:
-        decode_seqs = decode_ctx = prefill = pairs = 0
-        for seq, n in scheduled:
+    def _finish_plan(
+        self,
+        scheduled: list[tuple[_Seq, int]],
+        events: list[EngineEvent],
+        shape: tuple[int, int, int, int, int],
+    ) -> _Step:
+        """Cost the step and apply it. ``shape`` is ``(decode seqs, their context,
+        prefill tokens, attention pairs)`` of ``scheduled[:k]`` and ``k``, summed
+        by :meth:`_plan_step`; the admitted rest is summed here."""
+        decode_seqs, decode_ctx, prefill, pairs, first = shape
+        for seq, n in scheduled[first:]:
             computed = seq.computed
             if n == 1 and computed == seq.total - 1 and seq.generated > 0:
                 decode_seqs += 1
