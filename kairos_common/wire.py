@@ -47,6 +47,8 @@ MAX_UNIX_S = 4.0e9  # the year 2096
 MAX_DURATION_S = 1.0e9
 MAX_RATE = 1.0e9
 MAX_POWER_W = 1.0e6
+MAX_ENERGY_J = 1.0e15
+"""A megawatt for thirty years: far beyond any instance's energy counter."""
 MAX_COUNT = 2**53
 MAX_STRING = 4096
 MAX_LIST = 1_000_000
@@ -281,6 +283,11 @@ class AdmissionDecision:
     epoch and at which clock; ``min_throughput_tok_s`` is the slowest agent's
     Eq. 3 throughput and ``extras`` the controller's own numbers (the predictive
     controller's per-level SLO slack ``margin_l{level}``).
+
+    Energy per agent (optional; docs/energy.md): ``energy_total_j`` is the GPU
+    energy the instance measured from the daemon's start to the end of its last
+    closed epoch — a monotone counter, so a lost message loses no joules (the
+    router attributes each increase to the work since the previous one).
     """
 
     instance: str
@@ -301,6 +308,7 @@ class AdmissionDecision:
     measured_power_w: float | None = None
     measured_clock_mhz: int | None = None
     min_throughput_tok_s: float | None = None
+    energy_total_j: float | None = None
 
     @property
     def order_key(self) -> tuple[float, int]:
@@ -347,6 +355,7 @@ class AdmissionDecision:
             measured_power_w=_get(obj, "measured_power_w", float, None, lo=0, hi=MAX_POWER_W),
             measured_clock_mhz=_get(obj, "measured_clock_mhz", int, None, lo=0, hi=MAX_MHZ),
             min_throughput_tok_s=_get(obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE),
+            energy_total_j=_get(obj, "energy_total_j", float, None, lo=0, hi=MAX_ENERGY_J),
         )
 
 

@@ -126,6 +126,8 @@ class Daemon:
         self._instant_power_w: float | None = None
         self._epoch_done = asyncio.Event()
         self.cap = ClockCap()
+        self.energy_total_j = 0.0
+        """Measured energy of every closed epoch since start (sent to the router)."""
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -253,6 +255,7 @@ class Daemon:
             measured_power_w=measured_w,
             measured_clock_mhz=measured_mhz,
             min_throughput_tok_s=decision.min_throughput_tok_s,
+            energy_total_j=self.energy_total_j,
         )
         try:
             ack = await self.router.post_decision(msg)
@@ -320,6 +323,7 @@ class Daemon:
             run=self.config.run,
         )
         self._open = None
+        self.energy_total_j += record.energy_j
         self.records.append(record)
         if self.sink is not None:
             self.sink.write(record)

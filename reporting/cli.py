@@ -16,6 +16,7 @@ import typer
 
 from kairos_common.cli import check_slo, fail
 from kairos_common.errors import ConfigError
+from reporting.energy import energy_json, render_energy
 from reporting.records import RecordError
 from reporting.report import build_reports, group_records, load, render_table
 
@@ -93,16 +94,26 @@ def register(app: typer.Typer) -> None:
         if not records:
             fail(PROG, "no records in the given files")
         reports = build_reports(records, slo)
+        groups = group_records(records)
         if as_json:
             objs = [r.to_json() for r in reports]
+            for obj, group in zip(objs, groups, strict=True):
+                if any(a.energy_own_j is not None for a in group.agents):
+                    obj["agent_energy"] = energy_json(group.agents)
             typer.echo(json.dumps(objs[0] if len(objs) == 1 else objs, indent=2))
         else:
             typer.echo(render_table(reports), nl=False)
+            for rep, group in zip(reports, groups, strict=True):
+                measured = sum(e.energy_j for e in group.epochs)
+                energy = render_energy(group.agents, measured or None)
+                if energy:
+                    label = f"policy {rep.policy}" + (f"  run {rep.run}" if rep.run else "")
+                    typer.echo(f"\n{label}: {energy}", nl=False)
         if plots is not None:
             from reporting.plots import write_plots
 
             try:
-                written = write_plots(group_records(records), plots)
+                written = write_plots(groups, plots)
             except OSError as exc:
                 fail(PROG, f"--plots {plots}: cannot write: {exc.strerror or exc}")
             for path in written:

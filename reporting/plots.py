@@ -10,6 +10,7 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from reporting.energy import with_measured_energy
 from reporting.records import file_slug
 from reporting.report import Group
 
@@ -53,17 +54,47 @@ def plot_group(group: Group, path: Path) -> Path | None:
     return path
 
 
+def plot_agent_energy(group: Group, path: Path) -> Path | None:
+    """Energy per agent (own requests) against its output tokens; None without energy."""
+    agents = with_measured_energy(group.agents)
+    if not agents:
+        return None
+    fig = Figure(figsize=(7, 5), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.scatter(
+        [a.decode_tokens for a in agents], [a.energy_own_j or 0.0 for a in agents], s=10, alpha=0.6
+    )
+    tokens = sum(a.decode_tokens for a in agents)
+    if tokens > 0:
+        mean = sum(a.energy_own_j or 0.0 for a in agents) / tokens
+        top = max(a.decode_tokens for a in agents)
+        ax.plot([0, top], [0, mean * top], "--", lw=0.8, label=f"mean {mean:.3f} J/token")
+        ax.legend(fontsize="small", loc="upper left")
+    ax.set_xlabel("output tokens per agent")
+    ax.set_ylabel("attributed GPU energy per agent (J)")
+    ax.grid(True, alpha=0.3)
+    title = f"energy per agent, policy {group.policy}" + (f", run {group.run}" if group.run else "")
+    ax.set_title(title, fontsize="medium")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def write_plots(groups: Sequence[Group], out_dir: Path) -> list[Path]:
     """One PNG per group with epochs: ``<policy>.png`` as ``kairos sim`` names it
-    (``fixed-810.png``), with ``-<run>`` added only when a policy has several runs."""
+    (``fixed-810.png``), with ``-<run>`` added only when a policy has several runs;
+    and ``<same>-agent-energy.png`` for a group whose agent records carry energy."""
     written: list[Path] = []
-    policies = [g.policy for g in groups if g.epochs]
+    policies = [g.policy for g in groups if g.epochs or with_measured_energy(g.agents)]
     for g in groups:
         name = file_slug(g.policy)
         if policies.count(g.policy) > 1 and g.run:
             name += f"-{file_slug(g.run)}"
-        name += ".png"
-        out = plot_group(g, out_dir / name)
-        if out is not None:
-            written.append(out)
+        for out in (
+            plot_group(g, out_dir / f"{name}.png"),
+            plot_agent_energy(g, out_dir / f"{name}-agent-energy.png"),
+        ):
+            if out is not None:
+                written.append(out)
     return written

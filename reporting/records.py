@@ -8,6 +8,8 @@ files:
 * ``agent`` — :class:`AgentRecord`, one per finished agent (router and simulator).
 * ``run`` — :class:`RunRecord`, one per run (simulator, demo): what produced the
   file, so reports can label and group it.
+* ``energy`` — :class:`EnergyRecord`, one per instance when the router stops:
+  how its measured energy was split (energy per agent, docs/energy.md).
 
 Times are seconds. ``t_s`` in epoch records is the end of the epoch, on the
 writer's clock (Unix time for real components, virtual seconds for the simulator).
@@ -65,6 +67,12 @@ class AgentRecord:
     ``llm_time_s`` is Σ request latency (arrival at the router to last byte,
     including time held pending) over the agent's requests; ``throughput_tok_s``
     is Eq. 3 = ``decode_tokens / llm_time_s``.
+
+    Energy (docs/energy.md; None where nothing measured it): ``energy_own_j`` is
+    the GPU energy attributed to this agent's own requests, split into
+    ``energy_prefill_j`` + ``energy_decode_j``; ``energy_j`` adds its sub-agents'
+    ``energy_j``. An estimate: the instance's idle draw is not in it, and
+    Σ ``energy_own_j`` + the instances' unattributed joules = measured energy.
     """
 
     agent_id: str
@@ -85,6 +93,10 @@ class AgentRecord:
     end_reason: str = "end"
     max_context_tokens: int = 0
     run: str = ""
+    energy_j: float | None = None
+    energy_own_j: float | None = None
+    energy_prefill_j: float | None = None
+    energy_decode_j: float | None = None
     kind: str = "agent"
 
 
@@ -105,8 +117,37 @@ class RunRecord:
     kind: str = "run"
 
 
-Record = EpochRecord | AgentRecord | RunRecord
-_KINDS: dict[str, type[Any]] = {"epoch": EpochRecord, "agent": AgentRecord, "run": RunRecord}
+@dataclass(frozen=True, slots=True)
+class EnergyRecord:
+    """One instance's measured energy as the router split it, written when it stops.
+
+    ``measured_j`` = ``attributed_j`` + ``unattributed_j``, exactly;
+    ``unrecorded_j`` is the part of ``attributed_j`` in no agent record (agents
+    still live, anonymous one-turn requests), so Σ agents' ``energy_own_j`` +
+    ``unrecorded_j`` + ``unattributed_j`` = ``measured_j``. ``measured_j`` is the
+    daemon's counter at the decision of epoch ``daemon_epoch``: Σ of its power
+    report's epochs before that one.
+    """
+
+    t_s: float
+    instance: str
+    measured_j: float
+    attributed_j: float
+    unattributed_j: float
+    unrecorded_j: float
+    daemon_epoch: int | None = None
+    idle_power_w: float | None = None
+    run: str = ""
+    kind: str = "energy"
+
+
+Record = EpochRecord | AgentRecord | RunRecord | EnergyRecord
+_KINDS: dict[str, type[Any]] = {
+    "epoch": EpochRecord,
+    "agent": AgentRecord,
+    "run": RunRecord,
+    "energy": EnergyRecord,
+}
 R = TypeVar("R", EpochRecord, AgentRecord, RunRecord)
 
 

@@ -18,6 +18,7 @@ from kairos_common.identity import end_key, issue_token, new_agent_id
 from kairos_common.wire import AgentEnd, AgentStart, AgentStarted
 from reporting.records import AgentRecord, JsonlWriter
 from router.admission import AdmissionService
+from router.energy import EnergyService
 from router.errors import NotFoundError
 from router.instances import InstancePool
 from router.ledger import Agent, Ledger
@@ -53,6 +54,8 @@ class AgentService:
         self.clock = clock
         self.wall_clock = wall_clock
         self.run = run
+        self.energy: EnergyService | None = None
+        """Set by the core: fills records with attributed energy before they are written."""
 
     def _new(self, agent_id: str, *, ephemeral: bool = False, **kw: Any) -> Agent:
         now = self.clock()
@@ -129,31 +132,33 @@ class AgentService:
         if tput is not None:
             self.metrics.agent_throughput.observe(tput)
         slo = agent.slo_tok_s if agent.slo_tok_s is not None else self.default_slo_tok_s
-        if self.records is None:
+        if self.records is None and self.energy is None:
             return
         now_unix = self.wall_clock()
-        self.records.write(
-            AgentRecord(
-                agent_id=agent.agent_id,
-                start_s=agent.start_unix_s,
-                end_s=now_unix,
-                turns=agent.turns,
-                decode_tokens=agent.decode_tokens,
-                prompt_tokens=agent.prompt_tokens,
-                llm_time_s=agent.llm_time_s,
-                pending_s=agent.pending_s,
-                throughput_tok_s=tput,
-                slo_tok_s=slo,
-                slo_met=None if tput is None else tput >= slo,
-                parent_id=agent.parent_id,
-                name=agent.name,
-                instances=tuple(agent.instances),
-                exit_code=exit_code,
-                end_reason=reason,
-                max_context_tokens=agent.max_context_tokens,
-                run=self.run,
-            )
+        record = AgentRecord(
+            agent_id=agent.agent_id,
+            start_s=agent.start_unix_s,
+            end_s=now_unix,
+            turns=agent.turns,
+            decode_tokens=agent.decode_tokens,
+            prompt_tokens=agent.prompt_tokens,
+            llm_time_s=agent.llm_time_s,
+            pending_s=agent.pending_s,
+            throughput_tok_s=tput,
+            slo_tok_s=slo,
+            slo_met=None if tput is None else tput >= slo,
+            parent_id=agent.parent_id,
+            name=agent.name,
+            instances=tuple(agent.instances),
+            exit_code=exit_code,
+            end_reason=reason,
+            max_context_tokens=agent.max_context_tokens,
+            run=self.run,
         )
+        if self.energy is not None:
+            self.energy.finish(record)  # written once its last joules are attributed
+        elif self.records is not None:
+            self.records.write(record)
 
     def expire_idle(self) -> list[str]:
         """End agents idle (no request in flight) longer than ``idle_expiry_s``."""
@@ -193,4 +198,6 @@ class AgentService:
             "throughput_tok_s": agent.throughput_tok_s,
             "steps_since_assignment": agent.steps_since_assign,
             "instances": list(agent.instances),
+            # Estimate, own requests, intervals attributed so far (docs/energy.md).
+            "energy_j": self.energy.agent_energy_j(agent_id) if self.energy else None,
         }

@@ -151,6 +151,7 @@ def create_app(
             await session.close()
             if core.store is not None:
                 await core.store.close()
+            core.energy.close()  # parked agent records, with the energy known by now
             records.close()
 
     app.cleanup_ctx.append(lifecycle)
@@ -170,6 +171,7 @@ async def _maintenance(core: RouterCore, tick_breakers: Callable[[], None]) -> N
             tick_breakers()
             core.agents.expire_idle()
             core.admission.pump_all()
+            core.energy.release()
         except Exception:
             log.exception("maintenance_failed")
         try:

@@ -6,6 +6,7 @@ paper's Algorithms 1–3 the router uses is a field here with the paper's defaul
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,6 +172,9 @@ class RouterConfig:
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     timeouts: TimeoutSettings = field(default_factory=TimeoutSettings)
     fleet_budget: FleetBudgetSettings = field(default_factory=FleetBudgetSettings)
+    energy_idle_power_w: float | None = None
+    """Idle draw of one instance's GPUs (W), left unattributed by energy per agent
+    (docs/energy.md); unset: learned from intervals in which an instance did nothing."""
 
     def __post_init__(self) -> None:
         if self.anonymous not in ("one-turn", "api-key"):
@@ -186,6 +190,9 @@ class RouterConfig:
         check_port(self.port, "port")
         check_slo(self.slo_tok_s, "slo_tok_s")
         check_log_level(self.log_level, "log_level")
+        idle = self.energy_idle_power_w
+        if idle is not None and not (math.isfinite(idle) and 0 <= idle <= 1e6):
+            raise ConfigError("energy_idle_power_w must be a power in W (0..1e6) or unset")
 
     def resolved_state_dir(self) -> Path:
         """``state_dir``, else ``$XDG_STATE_HOME/kairos/router`` (``~/.local/state``)."""

@@ -134,6 +134,9 @@ class ControlApi:
         if self.core.pool.resolve(decision.instance) is not inst:
             raise BadRequestError("decision names a different instance than the URL")
         ack = self.core.admission.apply_decision(decision)
+        if ack.accepted:
+            since = self.core.in_flight_since(inst.name)
+            self.core.energy.on_decision(inst.name, decision, since)
         fleet = self.core.fleet
         if fleet is not None:
             names = [i.name for i in self.core.pool]

@@ -19,6 +19,7 @@ from reporting.records import JsonlWriter
 from router.admission import AdmissionService
 from router.agents import AgentService
 from router.config import RouterConfig, parse_backend
+from router.energy import EnergyService
 from router.errors import NoBackendError
 from router.fleet_budget import FleetBudgetService
 from router.instances import Instance, InstancePool
@@ -89,6 +90,16 @@ class RouterCore:
             clock=clock,
             wall_clock=wall_clock,
         )
+        self.energy = EnergyService(
+            self.metrics.registry,
+            write=records.write if records is not None else None,
+            is_live=lambda agent_id: self.ledger.get(agent_id) is not None,
+            clock=clock,
+            wall_clock=wall_clock,
+            run=config.run,
+            idle_power_w=config.energy_idle_power_w,
+        )
+        self.agents.energy = self.energy
         self.metrics.attach_state(self.gauges)
         self.fleet: FleetBudgetService | None = None
         if config.fleet_budget.cap_w is not None:
@@ -115,6 +126,20 @@ class RouterCore:
             )
             for i in self.pool
         ]
+
+    def in_flight_since(self, instance: str) -> float | None:
+        """When the oldest request in flight on ``instance`` began (None: none is),
+        called once per epoch. An agent's ``last_seen_s`` is its latest request's
+        start while one is in flight (later than the oldest when it runs several)."""
+        ledger = self.ledger
+        return min(
+            (
+                a.last_seen_s
+                for a in map(ledger.get, ledger.ongoing_ids(instance))
+                if a is not None and a.in_flight > 0 and a.admitted
+            ),
+            default=None,
+        )
 
     def instances_json(self) -> list[dict[str, object]]:
         return [

@@ -36,6 +36,7 @@ from aiohttp import web
 
 from router.breaker import CircuitBreakers
 from router.core import RouterCore
+from router.energy import ONE_TURN
 from router.errors import (
     AuthenticationError,
     BadRequestError,
@@ -462,6 +463,11 @@ class Proxy:
         core.ledger.record_completion(
             agent, prompt_tokens=prompt, completion_tokens=completion,
             latency_s=latency, estimated=estimated,
+        )  # fmt: skip
+        core.energy.record(
+            inst_name, ONE_TURN if agent.ephemeral else agent.agent_id, prompt,
+            (usage.cached_tokens or 0) if usage is not None else 0, completion,
+            t0 if outcome.t_sent_s is None else outcome.t_sent_s, outcome.first_data_s,
         )  # fmt: skip
         self._observe(inst_name, usage, outcome)
         inst = core.pool.get(agent.instance)

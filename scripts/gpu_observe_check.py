@@ -2,7 +2,7 @@
 
 For an operator's first contact with a new host, and for our own runs on a
 lent GPU where settings must not change. It starts the real stack (fake vLLM
-serving the agents, the router, one ``kairosd --gpu-backend observe`` reading
+serving the agents, the router, one ``kairosd run --gpu-backend observe`` reading
 the real GPU through Zeus/NVML) and replays paper-like agents for a bounded
 window, while this script samples the GPU's energy counter on its own. Then it
 checks, and exits 1 if any check fails:
@@ -12,8 +12,9 @@ checks, and exits 1 if any check fails:
 - **epochs**: the daemon wrote epoch records with real (finite, positive) power;
 - **energy**: the daemon's summed epoch energy matches the counter's own
   reading over the same span (within ``--energy-tol``);
-- **attribution** (when agent records carry ``energy_j``): the agents' energy
-  plus the unattributed part equals the daemon's energy.
+- **attribution** (energy per agent, docs/energy.md): every agent record
+  carries energy, and the agents' joules plus the unrecorded and unattributed
+  parts equal the energy the daemon reported (within 0.1 %).
 
 A GPU load of your own (training, a benchmark) may run beside it: the
 daemon's energy is the GPU's, whoever drew it. Results go to ``OUT/check.json``.
@@ -38,6 +39,7 @@ import aiohttp
 
 from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.startup import open_backend
+from reporting.energy import energy_balance
 from reporting.records import AgentRecord, EpochRecord, read_records
 from simulator.agent_driver import DriverConfig, drive
 from simulator.arrivals import poisson_arrivals
@@ -136,24 +138,30 @@ def _epochs_check(epochs: list[EpochRecord]) -> dict[str, Any]:
     }
 
 
-def _attribution_check(
-    agents: list[AgentRecord], epochs: list[EpochRecord], extra: list[dict[str, Any]]
-) -> dict[str, Any]:
-    """Agents' energy + unattributed vs the daemon's energy (when records carry it)."""
-    energies = [getattr(a, "energy_j", None) for a in agents]
-    if not agents or any(e is None for e in energies):
-        return {"ok": True, "skipped": "agent records carry no energy_j"}
-    unattributed = sum(float(r.get("unattributed_energy_j", 0.0)) for r in extra)
-    total = sum(e or 0.0 for e in energies) + unattributed
-    daemon_j = sum(e.energy_j for e in epochs)
-    err = abs(total - daemon_j) / daemon_j if daemon_j > 0 else math.inf
+def _attribution_check(records: list[Any]) -> dict[str, Any]:
+    """Energy per agent (docs/energy.md): every agent record carries energy, and the
+    agents' own joules + unrecorded + unattributed equal what the daemon reported to
+    the router, which equals its power report's epochs (both within 0.1 %)."""
+    balance = energy_balance(records)
+    if balance is None:
+        return {"ok": False, "why": "the router wrote no energy records"}
+    ok = (
+        balance.agents > 0
+        and balance.agents_with_energy == balance.agents
+        and balance.parts_error <= 0.001
+        and balance.daemon_error <= 0.001
+    )
     return {
-        "ok": err <= 0.001,
-        "agents": len(agents),
-        "agents_energy_j": round(total - unattributed, 1),
-        "unattributed_j": round(unattributed, 1),
-        "daemon_j": round(daemon_j, 1),
-        "relative_error": round(err, 6),
+        "ok": ok,
+        "agents": balance.agents,
+        "agents_with_energy": balance.agents_with_energy,
+        "agents_energy_j": round(balance.own_j, 1),
+        "unrecorded_j": round(balance.unrecorded_j, 1),
+        "unattributed_j": round(balance.unattributed_j, 1),
+        "measured_j": round(balance.measured_j, 1),
+        "daemon_epochs_j": round(balance.daemon_j, 1),
+        "parts_relative_error": round(balance.parts_error, 6),
+        "daemon_relative_error": round(balance.daemon_error, 6),
     }
 
 
@@ -205,16 +213,8 @@ async def run_check(args: argparse.Namespace) -> dict[str, Any]:
         "untouched": _untouched(before, after),
         "epochs": _epochs_check(epochs),
         "energy": _energy_check(epochs, samples, args.energy_tol),
-        "attribution": _attribution_check(agents, epochs, _unattributed_records(out / "stack")),
+        "attribution": _attribution_check(records),
     }
-
-
-def _unattributed_records(workdir: Path) -> list[dict[str, Any]]:
-    """Per-instance unattributed-energy lines, where the router writes them."""
-    path = workdir / "energy.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def main() -> int:

@@ -55,6 +55,8 @@ from controllers.admission import (
     place,
     rehome_held,
 )
+from controllers.energy_attribution import EnergyAccountant
+from reporting.energy import with_energy
 from reporting.records import AgentRecord, EpochRecord
 from simulator.agents import SimAgent
 from simulator.engine import Engine
@@ -209,6 +211,9 @@ class Cluster:
         self._seq = itertools.count()
         self._placements = 0
         self._by_request: dict[str, SimAgent] = {}
+        # Per-agent energy, attributed from each epoch's measured energy by the
+        # router's code (docs/energy.md); agent records get it at the end of the run.
+        self.energy = EnergyAccountant()
         self._req_ids = itertools.count()
 
     # ------------------------------------------------------------ main loop
@@ -233,6 +238,7 @@ class Cluster:
                 self._deliver(which[0], which[1].advance_to(t_eng))
                 continue
             if t_heap > end:
+                self._fill_energy()
                 break
             t, _, kind, payload = heapq.heappop(heap)
             if kind == _ENGINE:
@@ -243,6 +249,12 @@ class Cluster:
                 self._on_epoch(t, payload)
             else:
                 self._on_arrival(t, payload[0], payload[1])
+
+    def _fill_energy(self) -> None:
+        for inst in self.instances:
+            self.energy.flush(inst.name)
+        own = {aid: (s.prefill_j, s.decode_j) for aid, s in self.energy.agents.items()}
+        self.agents_done = with_energy(self.agents_done, own)
 
     def _push(self, t: float, kind: int, payload: Any) -> None:
         heapq.heappush(self._heap, (t, next(self._seq), kind, payload))
@@ -384,6 +396,10 @@ class Cluster:
         assert isinstance(ev, RequestFinished)
         inst.observations.append(self._observation(inst, ev))
         inst.completed(agent, t, ev.prompt_tokens, ev.output_tokens)
+        self.energy.record(
+            inst.name, agent.agent_id, ev.prompt_tokens, ev.cached_tokens, ev.output_tokens,
+            start_s=ev.arrival_s, end_s=ev.t_s, first_token_s=ev.first_token_s,
+        )  # fmt: skip
         if agent.done:
             inst.leave(agent.agent_id)
             if self.confident is not None:
@@ -506,6 +522,15 @@ class Cluster:
                 output_tokens=c.generation_tokens - inst.gen_mark,
                 preemptions=c.preemptions - inst.pre_mark,
             )
+        )
+        eng = inst.engine
+        since = min((s.req.arrival_s for s in (*eng.running, *eng.waiting)), default=None)
+        self.energy.close(
+            inst.name,
+            energy - inst.energy_mark_j,
+            t,
+            in_flight_since_s=since,
+            start_s=t - self.epoch_s,
         )
         inst.energy_mark_j = energy
         inst.gen_mark = c.generation_tokens

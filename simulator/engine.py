@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from simulator.energy_truth import EnergyTruth
 from simulator.engine_state import Run as _Run
 from simulator.engine_state import Seq as _Seq
 from simulator.engine_state import Step as _Step
@@ -88,6 +89,8 @@ class Engine:
         """``(Σ computed, min tokens left)`` of ``running`` right after a decode run
         committed (all of them still decoding), so the next run is planned without
         another pass over the sequences; None once anything else touched them."""
+        self.truth: EnergyTruth | None = None
+        """Ground truth of per-agent energy (docs/energy.md); None: not computed."""
 
     # ------------------------------------------------------------------ API
     @property
@@ -369,6 +372,7 @@ class Engine:
             else:
                 prefill += n
                 pairs += attention_pairs(n, computed)
+        truth = self._truth_of(scheduled) if self.truth is not None else None
         clock = self.gpu.clock_at(self.now_s)
         cost = self.timing.step(
             clock,
@@ -409,7 +413,9 @@ class Engine:
             else:
                 decoding = False
         counters.generation_tokens += tokens
-        self._account(clock, cost, 1)
+        above_idle_j = self._account(clock, cost, 1)
+        if self.truth is not None and truth is not None:
+            self.truth.step(clock, cost, above_idle_j, truth)
         step = _Step(self.now_s, end, events)
         self.now_s = end
         if self._aborted_running:
@@ -418,6 +424,20 @@ class Engine:
             self._retire_seqs(done, end, events)
         self._decoding = (context, least) if decoding else None
         return step
+
+    @staticmethod
+    def _truth_of(scheduled: list[tuple[_Seq, int]]) -> list[tuple[str, int, int, bool]]:
+        """``(key, tokens, computed before, is decode)`` of a step's sequences, for
+        :meth:`EnergyTruth.step` (only when a truth is attached)."""
+        return [
+            (
+                seq.req.cache_key or seq.req.request_id,
+                n,
+                seq.computed,
+                n == 1 and seq.computed == seq.total - 1 and seq.generated > 0,
+            )
+            for seq, n in scheduled
+        ]
 
     # ---------------------------------------------------------------- commit
     def _commit(self, t_s: float) -> None:
@@ -449,7 +469,10 @@ class Engine:
             if k == run.steps
             else self.timing.decode_run(run.clock_mhz, n, run.context0, k)
         )
-        self._account(run.clock_mhz, cost, k)
+        above_idle_j = self._account(run.clock_mhz, cost, k)
+        if self.truth is not None:
+            keys = [(s.req.cache_key or s.req.request_id, s.computed) for s in run.seqs]
+            self.truth.run(run.clock_mhz, cost, above_idle_j, keys, k)
         now = self.now_s = run.start_s + cost.time_s
         need = 0
         done: list[_Seq] = []
@@ -481,7 +504,9 @@ class Engine:
         self._decoding = (context, least)
         self._outbox.extend(events)
 
-    def _account(self, clock_mhz: int, cost: StepCost, steps: int) -> None:
+    def _account(self, clock_mhz: int, cost: StepCost, steps: int) -> float:
+        """Add a step's (or a run's) energy; returns the part above the idle draw
+        (what :class:`~simulator.energy_truth.EnergyTruth` splits among its sequences)."""
         energy = self.power.energy_j(clock_mhz, cost)
         t = cost.time_s
         if t > 0:
@@ -490,6 +515,7 @@ class Engine:
         counters = self.counters
         counters.steps += steps
         counters.busy_s += t
+        return energy - self.power.idle_w(clock_mhz) * t
 
     def _retire(self, t_s: float, events: list[EngineEvent]) -> None:
         """Finished (or aborted) sequences leave; their context stays cached."""

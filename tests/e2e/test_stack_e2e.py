@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from reporting.energy import energy_balance
 from reporting.records import AgentRecord, EpochRecord, read_records
 from simulator.demo_run import DemoConfig, PolicyResult, run_policies
 from simulator.workload import AgentProgram, Turn
@@ -157,3 +158,20 @@ def test_reports_parse_with_kairos_report(runs: dict[str, PolicyResult]) -> None
     row = obj[0] if isinstance(obj, list) else obj
     assert row["policy"] == "kairos" and row["avg_power_w"] > 0
     assert runs["kairos"].plot is not None and runs["kairos"].plot.stat().st_size > 0
+
+
+def test_every_agent_record_carries_energy_that_adds_up(runs: dict[str, PolicyResult]) -> None:
+    """Energy per agent on real processes: the daemons' measured energy reaches the
+    router, every agent record carries its share, and the parts add up (0.1 %)."""
+    require_valid(*runs.values())
+    for res in runs.values():
+        paths = [*sorted(res.workdir.glob("kairosd-*.jsonl")), res.workdir / "agents.jsonl"]
+        records = list(read_records(paths))
+        balance = energy_balance(records)
+        assert balance is not None, f"{res.policy}: the router wrote no energy records"
+        assert balance.agents == len(res.agents) and balance.agents_with_energy == balance.agents
+        done = [a for a in res.agents if a.exit_code == 0]
+        assert all((a.energy_own_j or 0.0) > 0 for a in done), "a finished agent got no energy"
+        assert balance.parts_error <= 1e-3, balance
+        assert balance.daemon_error <= 1e-3, balance
+        assert balance.own_j > 0.3 * balance.measured_j  # agents, not idle, drew most of it

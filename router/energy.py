@@ -1,0 +1,218 @@
+"""Energy per agent in the router: measured joules from the daemons, work from the proxy.
+
+Every kairosd decision carries the instance's cumulative measured GPU energy
+(``energy_total_j``, monotone since that daemon started). The router closes an
+interval of the instance each time that counter advances, and
+:class:`controllers.energy_attribution.EnergyAccountant` splits the interval's
+joules among the agents whose requests ran on the instance during it (the idle
+draw stays unattributed; docs/energy.md). A lost decision costs nothing: the
+next one's delta covers both intervals, and so does the work.
+
+An agent's record is written once every interval its work fell in has been
+attributed (at most ``max_lag_s`` after it ended; at router shutdown, with what
+is known). Sub-agents' ``energy_j`` are added to their parent's if the parent is
+still live when they end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import structlog
+from prometheus_client import CollectorRegistry, Counter
+
+from controllers.energy_attribution import EnergyAccountant, IntervalSplit
+from kairos_common.wire import AdmissionDecision
+from reporting.records import AgentRecord, EnergyRecord
+
+log = structlog.get_logger("kairos.router.energy")
+
+ONE_TURN = "(one-turn)"
+"""Anonymous one-turn requests (no agent record) share this accountant entry."""
+
+
+class EnergyMetrics:
+    """Per-instance counters: measured = attributed + unattributed (+ not yet split)."""
+
+    def __init__(self, r: CollectorRegistry) -> None:
+        self.measured = Counter(
+            "kairos_router_instance_measured_energy_joules",
+            "GPU energy the instance's daemon reported (cumulative counter deltas)",
+            ["instance"],
+            registry=r,
+        )
+        self.attributed = Counter(
+            "kairos_router_instance_attributed_energy_joules",
+            "Measured energy attributed to agents (estimate; docs/energy.md)",
+            ["instance"],
+            registry=r,
+        )
+        self.unattributed = Counter(
+            "kairos_router_instance_unattributed_energy_joules",
+            "Measured energy attributed to no agent (idle draw, intervals without work)",
+            ["instance"],
+            registry=r,
+        )
+
+
+@dataclass(slots=True)
+class _Daemon:
+    start_unix_s: float
+    total_j: float
+    epoch: int | None = None
+
+
+class EnergyService:
+    """Attribution state of one router (one event loop; no I/O but the record sink)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        write: Callable[[AgentRecord | EnergyRecord], None] | None,
+        is_live: Callable[[str], bool],
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        run: str = "",
+        idle_power_w: float | None = None,
+        max_lag_s: float = 600.0,
+    ) -> None:
+        self.accountant = EnergyAccountant(idle_power_w=idle_power_w, max_lag_s=max_lag_s)
+        self.metrics = EnergyMetrics(registry)
+        self.write = write
+        self.is_live = is_live
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.run = run
+        self.max_lag_s = max_lag_s
+        self._daemons: dict[str, _Daemon] = {}
+        self._parked: dict[str, tuple[AgentRecord, float]] = {}
+        self._children_j: dict[str, float] = {}
+
+    # ---- hot path ---------------------------------------------------------------------
+
+    def record(
+        self,
+        instance: str,
+        agent_id: str,
+        prompt_tokens: int,
+        cached_tokens: int,
+        completion_tokens: int,
+        start_s: float,
+        first_token_s: float | None,
+    ) -> None:
+        """A request finished now; counted only on instances that report energy."""
+        if instance in self._daemons:
+            self.accountant.record(
+                instance, agent_id, prompt_tokens, cached_tokens, completion_tokens,
+                start_s=start_s, end_s=self.clock(), first_token_s=first_token_s,
+            )  # fmt: skip
+
+    def agent_energy_j(self, agent_id: str) -> float:
+        """Joules attributed so far to a live agent's own requests (an estimate)."""
+        share = self.accountant.agents.get(agent_id)
+        return share.energy_j if share is not None else 0.0
+
+    # ---- decisions --------------------------------------------------------------------
+
+    def on_decision(
+        self, instance: str, decision: AdmissionDecision, in_flight_since_s: float | None
+    ) -> None:
+        """Close an interval of ``instance`` if its daemon's energy counter advanced
+        (``in_flight_since_s``: start of its oldest request in flight, None if none)."""
+        total = decision.energy_total_j
+        if total is None:
+            return
+        now = self.clock()
+        known = self._daemons.get(instance)
+        if known is None or known.start_unix_s != decision.daemon_start_unix_s:
+            # A new daemon (or a restart): its counter starts from 0 at its start.
+            if known is not None and decision.daemon_start_unix_s < known.start_unix_s:
+                return  # a late message of the previous daemon
+            self._daemons[instance] = known = _Daemon(decision.daemon_start_unix_s, 0.0)
+            self.accountant.begin(instance, now)
+        delta = total - known.total_j
+        if delta <= 0.0:
+            return  # no new measurement (an unreadable GPU, or a repeated message)
+        known.total_j = total
+        known.epoch = decision.epoch
+        self.metrics.measured.labels(instance).inc(delta)
+        splits = self.accountant.close(instance, delta, now, in_flight_since_s=in_flight_since_s)
+        self._count(instance, splits)
+
+    def _count(self, instance: str, splits: list[IntervalSplit]) -> None:
+        attributed = sum(s.attributed_j for s in splits)
+        unattributed = sum(s.unattributed_j for s in splits)
+        if attributed > 0:
+            self.metrics.attributed.labels(instance).inc(attributed)
+        if unattributed > 0:
+            self.metrics.unattributed.labels(instance).inc(unattributed)
+        if splits:
+            self.release()
+
+    # ---- records ----------------------------------------------------------------------
+
+    def finish(self, record: AgentRecord) -> None:
+        """An agent ended: write its record now, or once its work is attributed."""
+        if self.accountant.has_open_work(record.agent_id):
+            self._parked[record.agent_id] = (record, self.clock())
+        else:
+            self._write(record)
+
+    def release(self, *, everything: bool = False) -> None:
+        """Write parked records whose work is attributed (or too old to wait for)."""
+        now = self.clock()
+        for agent_id, (record, since) in list(self._parked.items()):
+            if (
+                everything
+                or now - since > self.max_lag_s
+                or not self.accountant.has_open_work(agent_id)
+            ):
+                del self._parked[agent_id]
+                self._write(record)
+
+    def close(self) -> None:
+        """Router shutdown: attribute what can be, write every parked record, then
+        one :class:`EnergyRecord` per instance that reported energy."""
+        for instance in list(self._daemons):
+            self._count(instance, self.accountant.flush(instance))
+        self.release(everything=True)
+        for instance, daemon in self._daemons.items():
+            acc = self.accountant.instance(instance)
+            if self.write is not None:
+                self.write(
+                    EnergyRecord(
+                        t_s=self.wall_clock(),
+                        instance=instance,
+                        measured_j=acc.measured_j,
+                        attributed_j=acc.attributed_j,
+                        unattributed_j=acc.unattributed_j,
+                        unrecorded_j=self.accountant.unpopped_j(instance),
+                        daemon_epoch=daemon.epoch,
+                        idle_power_w=acc.idle_power_w,
+                        run=self.run,
+                    )
+                )
+
+    def _write(self, record: AgentRecord) -> None:
+        share = self.accountant.pop_agent(record.agent_id)
+        children = self._children_j.pop(record.agent_id, 0.0)
+        measured = any(i in self._daemons for i in record.instances)
+        if record.instances and not measured:
+            out = record  # served where no daemon reports energy: unknown, not zero
+        else:
+            total = share.energy_j + children
+            out = dataclasses.replace(
+                record,
+                energy_j=total,
+                energy_own_j=share.energy_j,
+                energy_prefill_j=share.prefill_j,
+                energy_decode_j=share.decode_j,
+            )
+            parent = record.parent_id
+            if parent is not None and self.is_live(parent):
+                self._children_j[parent] = self._children_j.get(parent, 0.0) + total
+        if self.write is not None:
+            self.write(out)

@@ -1,0 +1,175 @@
+"""The router's energy per agent: measured-energy deltas from decisions, attribution
+to the agents' work, records written once attributed, sub-agents into parents."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from kairos_common.errors import WireFormatError
+from kairos_common.wire import AdmissionDecision
+from reporting.records import AgentRecord, EnergyRecord
+from router.energy import EnergyService
+from router.testing import ManualClock
+
+
+def _decision(total_j: float | None, epoch: int, start: float = 1.7e9) -> AdmissionDecision:
+    return AdmissionDecision(
+        instance="gpu0",
+        daemon_id="d",
+        daemon_start_unix_s=start,
+        epoch=epoch,
+        energy_total_j=total_j,
+    )
+
+
+def _record(agent_id: str, parent: str | None = None) -> AgentRecord:
+    return AgentRecord(
+        agent_id=agent_id, start_s=0.0, end_s=1.0, turns=1, decode_tokens=10, prompt_tokens=100,
+        llm_time_s=1.0, pending_s=0.0, throughput_tok_s=10.0, slo_tok_s=20.0, slo_met=False,
+        parent_id=parent, instances=("gpu0",),
+    )  # fmt: skip
+
+
+class _Setup:
+    def __init__(self, live: set[str] | None = None) -> None:
+        self.clock = ManualClock(100.0)
+        self.written: list[AgentRecord] = []
+        self.energy: list[EnergyRecord] = []
+        self.registry = CollectorRegistry()
+        self.live = live if live is not None else set()
+        self.svc = EnergyService(
+            self.registry,
+            write=self._write,
+            is_live=self.live.__contains__,
+            clock=self.clock,
+            wall_clock=lambda: 1.7e9,
+            idle_power_w=10.0,
+        )
+
+    def _write(self, record: AgentRecord | EnergyRecord) -> None:
+        if isinstance(record, EnergyRecord):
+            self.energy.append(record)
+        else:
+            self.written.append(record)
+
+    def metric(self, kind: str) -> float:
+        name = f"kairos_router_instance_{kind}_energy_joules_total"
+        return self.registry.get_sample_value(name, {"instance": "gpu0"}) or 0.0
+
+    def request(self, agent_id: str, prompt: int = 1000, completion: int = 100) -> None:
+        start = self.clock()
+        self.clock.advance(2.0)
+        self.svc.record("gpu0", agent_id, prompt, 0, completion, start, None)
+
+
+def test_counter_deltas_are_attributed_and_lost_messages_lose_nothing() -> None:
+    s = _Setup()
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)  # baseline
+    s.request("a")
+    s.request("b", prompt=3000)
+    s.clock.advance(1.0)  # 5 s interval
+    s.svc.on_decision("gpu0", _decision(550.0, 1), in_flight_since_s=None)
+    assert s.metric("measured") == 550.0
+    assert s.metric("unattributed") == pytest.approx(50.0)  # 10 W idle x 5 s
+    assert s.metric("attributed") == pytest.approx(500.0)
+    assert s.svc.agent_energy_j("b") > s.svc.agent_energy_j("a") > 0
+    # epochs 2 and 3 lost; epoch 4 carries their joules; a repeat adds nothing
+    s.request("a")
+    s.clock.advance(13.0)
+    s.svc.on_decision("gpu0", _decision(1700.0, 4), in_flight_since_s=None)
+    s.svc.on_decision("gpu0", _decision(1700.0, 4), in_flight_since_s=None)
+    assert s.metric("measured") == 1700.0
+    assert s.metric("attributed") + s.metric("unattributed") == pytest.approx(1700.0)
+
+
+def test_a_restarted_daemon_starts_a_new_counter_and_old_messages_are_ignored() -> None:
+    s = _Setup()
+    s.svc.on_decision("gpu0", _decision(5000.0, 9), in_flight_since_s=None)
+    s.svc.on_decision("gpu0", _decision(30.0, 0, start=1.8e9), in_flight_since_s=None)
+    assert s.metric("measured") == 5030.0
+    s.svc.on_decision("gpu0", _decision(9000.0, 10), in_flight_since_s=None)  # the old daemon, late
+    assert s.metric("measured") == 5030.0
+
+
+def test_records_wait_for_their_energy_and_parents_get_their_sub_agents() -> None:
+    s = _Setup(live={"parent"})
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
+    s.request("child")
+    s.request("parent")
+    s.svc.finish(_record("child", parent="parent"))
+    assert s.written == []  # its work has no joules yet
+    s.svc.on_decision("gpu0", _decision(400.0, 1), in_flight_since_s=None)
+    (child,) = s.written
+    assert child.energy_own_j is not None and child.energy_own_j > 0
+    assert child.energy_j == child.energy_own_j
+    s.live.clear()
+    s.svc.finish(_record("parent"))
+    parent = s.written[-1]
+    assert parent.energy_own_j is not None and parent.energy_j is not None
+    assert parent.energy_j == pytest.approx(parent.energy_own_j + child.energy_j)
+    own = math.fsum(r.energy_own_j or 0.0 for r in s.written)
+    assert own + s.metric("unattributed") == pytest.approx(s.metric("measured"))
+
+
+def test_without_energy_reports_records_are_written_at_once_without_energy() -> None:
+    s = _Setup()
+    s.svc.on_decision("gpu0", _decision(None, 0), in_flight_since_s=None)  # an old daemon
+    s.request("a")
+    s.svc.finish(_record("a"))
+    (rec,) = s.written
+    assert rec.energy_j is None and rec.energy_own_j is None
+
+
+def test_an_agent_that_never_ran_a_request_used_no_energy() -> None:
+    """Seen on an H200: agents stopped before their first request had no energy at
+    all, so "every record carries energy" failed; they cost 0 J, which is known."""
+    s = _Setup()
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
+    s.svc.finish(dataclasses.replace(_record("idle"), turns=0, instances=()))
+    (rec,) = s.written
+    assert rec.energy_j == 0.0 and rec.energy_own_j == 0.0
+
+
+def test_shutdown_writes_parked_records() -> None:
+    s = _Setup()
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
+    s.request("a")
+    s.svc.finish(_record("a"))
+    s.request("b")
+    s.svc.on_decision("gpu0", _decision(300.0, 1), in_flight_since_s=0.0)
+    s.clock.advance(5.0)
+    s.svc.on_decision("gpu0", _decision(400.0, 2), in_flight_since_s=None)
+    s.request("c")  # after the last measurement
+    s.svc.finish(_record("c"))
+    s.svc.close()
+    a, c = s.written
+    assert a.energy_own_j is not None and a.energy_own_j > 0
+    assert c.energy_own_j == 0.0  # its interval was never measured
+    (energy,) = s.energy
+    assert energy.measured_j == 400.0 and energy.daemon_epoch == 2
+    assert (
+        energy.unrecorded_j == pytest.approx(s.svc.agent_energy_j("b")) and energy.unrecorded_j > 0
+    )
+    total = a.energy_own_j + energy.unrecorded_j + energy.unattributed_j
+    assert total == pytest.approx(energy.measured_j)
+    assert energy.attributed_j + energy.unattributed_j == pytest.approx(energy.measured_j)
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, 1e300, "5", True])
+def test_wire_rejects_a_bad_energy_counter(bad: object) -> None:
+    obj = _decision(1.0, 0).to_json()
+    obj["energy_total_j"] = bad
+    with pytest.raises(WireFormatError):
+        AdmissionDecision.from_json(obj)
+
+
+def test_wire_round_trips_the_energy_counter() -> None:
+    d = _decision(12345.5, 3)
+    assert AdmissionDecision.from_json(d.to_json()).energy_total_j == 12345.5
+    obj = d.to_json()
+    del obj["energy_total_j"]  # an old daemon
+    assert AdmissionDecision.from_json(obj).energy_total_j is None
