@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from simulator.energy_truth import EnergyTruth
+from simulator.energy_truth import EnergyTruth, step_rows
 from simulator.engine_state import Run as _Run
 from simulator.engine_state import Seq as _Seq
 from simulator.engine_state import Step as _Step
@@ -372,7 +372,7 @@ class Engine:
             else:
                 prefill += n
                 pairs += attention_pairs(n, computed)
-        truth = self._truth_of(scheduled) if self.truth is not None else None
+        truth = step_rows(scheduled) if self.truth is not None else None
         clock = self.gpu.clock_at(self.now_s)
         cost = self.timing.step(
             clock,
@@ -424,20 +424,6 @@ class Engine:
             self._retire_seqs(done, end, events)
         self._decoding = (context, least) if decoding else None
         return step
-
-    @staticmethod
-    def _truth_of(scheduled: list[tuple[_Seq, int]]) -> list[tuple[str, int, int, bool]]:
-        """``(key, tokens, computed before, is decode)`` of a step's sequences, for
-        :meth:`EnergyTruth.step` (only when a truth is attached)."""
-        return [
-            (
-                seq.req.cache_key or seq.req.request_id,
-                n,
-                seq.computed,
-                n == 1 and seq.computed == seq.total - 1 and seq.generated > 0,
-            )
-            for seq, n in scheduled
-        ]
 
     # ---------------------------------------------------------------- commit
     def _commit(self, t_s: float) -> None:
