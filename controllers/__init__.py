@@ -12,7 +12,12 @@ from controllers.confident_placement import (
     ConfidentReassignment,
     ConfidentReassignmentConfig,
 )
-from controllers.errors import ControllerError, InvalidSnapshotError, UnknownPolicyError
+from controllers.errors import (
+    ControllerError,
+    InvalidConfigError,
+    InvalidSnapshotError,
+    UnknownPolicyError,
+)
 from controllers.fleet_budget import BudgetOutcome, FleetBudget, FleetBudgetConfig, InstancePower
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
@@ -26,10 +31,12 @@ from controllers.placement import (
     ReassignmentConfig,
     ReassignmentRule,
     RoundRobin,
-    make_placement,
 )
 from controllers.predictive import PredictiveConfig, PredictiveController
 from controllers.registry import (
+    PLACEMENTS,
+    POLICIES,
+    PolicySpec,
     kairos_config_for,
     levels_for,
     make_controller,
@@ -40,10 +47,13 @@ from controllers.types import (
     ControlDecision,
     Controller,
     InstanceSnapshot,
+    ModelReport,
     RequestObservation,
 )
 
 __all__ = [
+    "PLACEMENTS",
+    "POLICIES",
     "AgentView",
     "BudgetOutcome",
     "ConfidentPlacement",
@@ -60,15 +70,18 @@ __all__ = [
     "InstanceLoad",
     "InstancePower",
     "InstanceSnapshot",
+    "InvalidConfigError",
     "InvalidSnapshotError",
     "KairosConfig",
     "KairosController",
     "LeastContext",
+    "ModelReport",
     "NoControl",
     "OnlinePerfModel",
     "PerfModelConfig",
     "PlacementPolicy",
     "PlacementRequest",
+    "PolicySpec",
     "PredictiveConfig",
     "PredictiveController",
     "ReassignmentConfig",
@@ -79,7 +92,6 @@ __all__ = [
     "kairos_config_for",
     "levels_for",
     "make_controller",
-    "make_placement",
     "make_placement_policy",
     "nnls",
 ]

@@ -7,7 +7,7 @@ compare KAIROS against them on identical arrivals.
 
 from __future__ import annotations
 
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 from controllers.frequency import FrequencyLevels
 from controllers.types import ControlDecision, InstanceSnapshot
 
@@ -52,7 +52,7 @@ class FixedClock:
         self, levels: FrequencyLevels, clock_mhz: int, new_agent_context_tokens: int = 3000
     ) -> None:
         if clock_mhz <= 0:
-            raise InvalidSnapshotError(f"fixed clock must be positive, got {clock_mhz}")
+            raise InvalidConfigError(f"fixed clock must be positive, got {clock_mhz}")
         self.levels = levels
         self.clock_mhz = levels.snap(clock_mhz)
         self.level = levels.clocks_mhz.index(self.clock_mhz) + 1

@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError, InvalidSnapshotError
 from controllers.placement import InstanceLoad, PlacementRequest, ReassignmentDecision
 
 
@@ -63,9 +63,9 @@ class ConfidentReassignmentConfig:
 
     def __post_init__(self) -> None:
         if self.interval_requests < 1 or self.confirm < 1:
-            raise InvalidSnapshotError("interval_requests and confirm must be >= 1")
+            raise InvalidConfigError("interval_requests and confirm must be >= 1")
         if not 0.0 < self.cool <= self.hot <= 1.0:
-            raise InvalidSnapshotError("need 0 < cool <= hot <= 1")
+            raise InvalidConfigError("need 0 < cool <= hot <= 1")
 
 
 class ConfidentReassignment:

@@ -6,7 +6,12 @@ class ControllerError(Exception):
 
 
 class InvalidSnapshotError(ControllerError, ValueError):
-    """A snapshot or configuration violates a precondition (e.g. ``U_max <= 0``)."""
+    """A snapshot or other per-call input violates a precondition (e.g. ``U_max <= 0``)."""
+
+
+class InvalidConfigError(ControllerError, ValueError):
+    """A policy's configuration is unusable (e.g. ``alpha`` outside ``(0, 1]``, no
+    clock level in range): raised when the config or controller is built."""
 
 
 class UnknownPolicyError(ControllerError, ValueError):

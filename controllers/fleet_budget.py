@@ -24,10 +24,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 from controllers.frequency import FrequencyLevels
 from controllers.perf_model import FloatArray, nnls
-from controllers.predictive import EFFICIENT_FLOOR_KEY, margin_key
 from controllers.types import ControlDecision
 
 
@@ -48,7 +47,7 @@ class FleetBudgetConfig:
 
     def __post_init__(self) -> None:
         if self.cap_w <= 0:
-            raise InvalidSnapshotError(f"fleet cap must be positive, got {self.cap_w}")
+            raise InvalidConfigError(f"fleet cap must be positive, got {self.cap_w}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +135,9 @@ class FleetBudget:
     def slack(self, view: InstancePower, level: int) -> float:
         """Predicted SLO slack of ``view`` at ``level`` (its controller's, if it says)."""
         d = view.decision
-        key = margin_key(level)
-        if key in d.extras:
-            return d.extras[key]
+        predicted = d.report.slo_margin(level) if d.report is not None else None
+        if predicted is not None:
+            return predicted
         if d.min_throughput_tok_s is None or self.config.slo_tok_s <= 0:
             return 1.0
         # Pessimistic without a model: throughput scales with the clock.
@@ -148,7 +147,7 @@ class FleetBudget:
     @staticmethod
     def floor(view: InstancePower) -> int:
         """Lowest level the budget may take ``view`` to: its controller's efficient
-        floor when it publishes one (``efficient_floor_level``, the predictive
+        floor when its report has one (``efficient_floor_level``, the predictive
         controller), else level 1.
 
         Below that floor the model predicts requests slowing as fast as the clock
@@ -156,8 +155,9 @@ class FleetBudget:
         draws less *now* but more on average — measured with a cap of 800 W on
         four instances, ignoring the floor raised the fleet's average power.
         """
-        floor = view.decision.extras.get(EFFICIENT_FLOOR_KEY, 1.0)
-        return min(max(int(floor), 1), view.decision.level)
+        report = view.decision.report
+        floor = report.efficient_floor_level if report is not None else None
+        return min(max(floor or 1, 1), view.decision.level)
 
     # -------------------------------------------------------------- allocate
     def allocate(self, views: Sequence[InstancePower], *, reserved_w: float = 0.0) -> BudgetOutcome:
@@ -214,7 +214,7 @@ class FleetBudget:
                     level=levels[v.name],
                     clock_mhz=v.levels.clock_of(levels[v.name]),
                     reason=f"fleet-cap({d.reason})",
-                    extras={**d.extras, "fleet_conflict": float(conflict)},
+                    fleet_conflict=conflict,
                 )
             decisions[v.name] = d
         return BudgetOutcome(decisions, total, cap, lowered, conflict, infeasible)

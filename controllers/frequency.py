@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 
 DEFAULT_FLOOR_MHZ = 660
 """Lowest clock adaptive policies use by default: the bottom of the paper's
@@ -31,11 +31,11 @@ class FrequencyLevels:
 
     def __post_init__(self) -> None:
         if not self.clocks_mhz:
-            raise InvalidSnapshotError("a frequency level set needs at least one clock")
+            raise InvalidConfigError("a frequency level set needs at least one clock")
         if list(self.clocks_mhz) != sorted(set(self.clocks_mhz)):
-            raise InvalidSnapshotError("clock levels must be strictly ascending")
+            raise InvalidConfigError("clock levels must be strictly ascending")
         if self.clocks_mhz[0] <= 0:
-            raise InvalidSnapshotError("clock levels must be positive MHz values")
+            raise InvalidConfigError("clock levels must be positive MHz values")
 
     @classmethod
     def from_supported(
@@ -58,12 +58,10 @@ class FrequencyLevels:
         if ceiling_mhz is not None:
             clocks = [c for c in clocks if c <= ceiling_mhz]
         if not clocks:
-            raise InvalidSnapshotError(
-                f"no supported clock lies in [{floor_mhz}, {ceiling_mhz}] MHz"
-            )
+            raise InvalidConfigError(f"no supported clock lies in [{floor_mhz}, {ceiling_mhz}] MHz")
         if num_levels is not None:
             if num_levels < 1:
-                raise InvalidSnapshotError("num_levels must be >= 1")
+                raise InvalidConfigError("num_levels must be >= 1")
             if num_levels < len(clocks):
                 if num_levels == 1:
                     clocks = [clocks[-1]]

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from controllers.admission import AdmissionRule, admit_in_order
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError, InvalidSnapshotError
 from controllers.frequency import FrequencyLevels
 from controllers.types import AgentView, ControlDecision, InstanceSnapshot
 
@@ -55,17 +55,17 @@ class KairosConfig:
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
-            raise InvalidSnapshotError(f"alpha must be in (0, 1], got {self.alpha}")
+            raise InvalidConfigError(f"alpha must be in (0, 1], got {self.alpha}")
         if not 0.0 < self.gamma <= self.beta < 1.0 + 1e-12:
-            raise InvalidSnapshotError(
+            raise InvalidConfigError(
                 f"need 0 < gamma <= beta <= 1, got gamma={self.gamma} beta={self.beta}"
             )
         if self.slo_tok_s < 0.0:
-            raise InvalidSnapshotError("slo_tok_s must be >= 0")
+            raise InvalidConfigError("slo_tok_s must be >= 0")
         if self.new_agent_context_tokens < 0:
-            raise InvalidSnapshotError("new_agent_context_tokens must be >= 0")
+            raise InvalidConfigError("new_agent_context_tokens must be >= 0")
         if not self.idle_after_s > 0.0:
-            raise InvalidSnapshotError(f"idle_after_s must be > 0, got {self.idle_after_s}")
+            raise InvalidConfigError(f"idle_after_s must be > 0, got {self.idle_after_s}")
 
     @property
     def admission_rule(self) -> AdmissionRule:

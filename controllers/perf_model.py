@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
+from scipy.optimize import nnls as scipy_nnls
 
 from controllers.errors import InvalidSnapshotError
 from controllers.types import RequestObservation
@@ -39,51 +40,19 @@ from controllers.types import RequestObservation
 FloatArray = npt.NDArray[np.float64]
 
 
-def nnls(a: FloatArray, b: FloatArray, max_iter: int | None = None) -> FloatArray:
-    """Lawson–Hanson active-set solution of ``min ‖Ax − b‖₂ s.t. x ≥ 0``.
+def nnls(a: FloatArray, b: FloatArray) -> FloatArray:
+    """``argmin ‖Ax − b‖₂ s.t. x ≥ 0`` (Lawson–Hanson, :func:`scipy.optimize.nnls`).
 
-    Written in numpy because ``controllers/`` may import only the standard
-    library and numpy (scipy's ``nnls`` is the same algorithm).
+    A thin wrapper so the callers keep one name and one error for bad shapes;
+    the solver is scipy's, which is maintained and tested far beyond what a
+    hand-written active-set loop here was (it once returned zeros on a 0/0).
     """
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.ndim != 2 or b.ndim != 1 or a.shape[0] != b.shape[0]:
         raise InvalidSnapshotError(f"nnls needs A (m×n) and b (m), got {a.shape} {b.shape}")
-    _, n = a.shape
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    tol = 10.0 * np.finfo(np.float64).eps * max(1.0, float(np.abs(a).max(initial=0.0))) * n
-    limit = max_iter if max_iter is not None else 3 * n + 30
-    w = a.T @ (b - a @ x)
-    for _ in range(limit):
-        if passive.all() or not (w[~passive] > tol).any():
-            break
-        candidates = np.where(~passive, w, -np.inf)
-        entering = int(np.argmax(candidates))
-        passive[entering] = True
-        while True:
-            z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > 0).all():
-                x = z
-                break
-            neg = passive & (z <= 0)
-            # Step towards z until the first coordinate hits 0; a coordinate at 0
-            # that z keeps at 0 (x = z = 0) sets no limit (and would divide 0/0).
-            gap = x[neg] - z[neg]
-            ratios = np.divide(x[neg], gap, out=np.full(gap.shape, np.inf), where=gap > 0)
-            alpha = min(float(ratios.min()), 1.0)
-            x = x + alpha * (z - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-            if not passive.any():
-                break
-        if not passive[entering]:
-            # In exact arithmetic the entering variable stays positive; here its
-            # gradient was rounding noise at the optimum: stop instead of cycling.
-            break
-        w = a.T @ (b - a @ x)
-    return x
+    x, _residual = scipy_nnls(a, b)
+    return np.asarray(x, dtype=np.float64)
 
 
 def clock_features(clock_mhz: float, knots_mhz: Sequence[int]) -> FloatArray:

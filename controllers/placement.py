@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from controllers.errors import InvalidSnapshotError, UnknownPolicyError
+from controllers.errors import InvalidConfigError, InvalidSnapshotError
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,19 +100,6 @@ class LeastContext:
         return _least_loaded(candidates).name
 
 
-def make_placement(name: str, theta_cons: float = 0.5) -> PlacementPolicy:
-    """Build a placement policy from its operator-facing name."""
-    if name == "consolidating":
-        return Consolidating(theta_cons=theta_cons)
-    if name == "round-robin":
-        return RoundRobin()
-    if name == "least-context":
-        return LeastContext()
-    raise UnknownPolicyError(
-        f"unknown placement policy {name!r}; choose consolidating, round-robin or least-context"
-    )
-
-
 @dataclass(frozen=True, slots=True)
 class ReassignmentConfig:
     """Algorithm 3 constants: ``T_reassign`` (8 requests) and ``ρ`` (2)."""
@@ -140,7 +127,7 @@ class ReassignmentRule:
     def __init__(self, config: ReassignmentConfig | None = None) -> None:
         self.config = config or ReassignmentConfig()
         if self.config.interval_requests < 1:
-            raise InvalidSnapshotError("interval_requests must be >= 1")
+            raise InvalidConfigError("interval_requests must be >= 1")
 
     def decide(
         self, current: str, steps_since_assignment: int, candidates: Sequence[InstanceLoad]

@@ -30,19 +30,17 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
 from controllers.perf_model import OnlinePerfModel, PerfModelConfig, RequestShape, typical_shape
-from controllers.types import AgentView, ControlDecision, InstanceSnapshot, RequestObservation
-
-EFFICIENT_FLOOR_KEY = "efficient_floor_level"
-"""``ControlDecision.extras`` key of the efficient floor level (read by the fleet budget)."""
-
-
-def margin_key(level: int) -> str:
-    """``ControlDecision.extras`` key of the predicted SLO margin at ``level``."""
-    return f"margin_l{level}"
+from controllers.types import (
+    AgentView,
+    ControlDecision,
+    InstanceSnapshot,
+    ModelReport,
+    RequestObservation,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,11 +92,11 @@ class PredictiveConfig:
 
     def __post_init__(self) -> None:
         if self.margin < 0 or self.se_factor < 0:
-            raise InvalidSnapshotError("margin and se_factor must be >= 0")
+            raise InvalidConfigError("margin and se_factor must be >= 0")
         if self.history_epochs < 2 or self.min_samples < 2:
-            raise InvalidSnapshotError("history_epochs and min_samples must be >= 2")
+            raise InvalidConfigError("history_epochs and min_samples must be >= 2")
         if self.cooldown_epochs < 0:
-            raise InvalidSnapshotError("cooldown_epochs must be >= 0")
+            raise InvalidConfigError("cooldown_epochs must be >= 0")
 
 
 def confident_positive(samples: list[float], se_factor: float, min_samples: int) -> bool:
@@ -382,19 +380,17 @@ class PredictiveController:
         if level != self._level:
             self._changed_epoch = snap.epoch
         self._level = level
-        extras = {margin_key(lv): m for lv, m in margins.items()}
-        if margins:
-            extras["slo_slack"] = margins[level]
-        if floor is not None:
-            extras[EFFICIENT_FLOOR_KEY] = float(floor)
-        err = self.model.error
-        if err is not None:
-            extras["model_error"] = err
-        extras["model_observations"] = float(self.model.observed)
+        report = ModelReport(
+            slo_margin_by_level=dict(margins),
+            slo_slack=margins[level] if margins else None,
+            efficient_floor_level=floor,
+            model_error=self.model.error,
+            model_observations=self.model.observed,
+        )
         return replace(
             base,
             level=level,
             clock_mhz=self.levels.clock_of(level),
             reason=reason,
-            extras=extras,
+            report=report,
         )

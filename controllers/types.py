@@ -1,86 +1,35 @@
 """Immutable snapshot and decision types shared by every controller.
 
+``AgentView``, ``RequestObservation`` and ``agent_throughput_tok_s`` are defined in
+:mod:`kairos_common.views` (standard library only, so the wire contract can use
+them without loading the controllers) and re-exported here.
+
 Units are in the names: ``_tokens`` for KV/context sizes, ``_s`` for seconds,
 ``_mhz`` for clocks, ``_tok_s`` for per-agent throughput (tokens per second).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from controllers.frequency import FrequencyLevels
+from kairos_common.views import (
+    AgentView,
+    ModelReport,
+    RequestObservation,
+    agent_throughput_tok_s,
+)
 
-
-def agent_throughput_tok_s(
-    decode_tokens: int, llm_time_s: float, completed_steps: int
-) -> float | None:
-    """Eq. 3/10: Σ decode tokens / Σ request latency, or None without history.
-
-    The one definition the controllers, the router's ledger and the simulator share.
-    """
-    if completed_steps <= 0 or llm_time_s <= 0.0:
-        return None
-    return decode_tokens / llm_time_s
-
-
-@dataclass(frozen=True, slots=True)
-class AgentView:
-    """What a controller may know about one agent at an epoch.
-
-    ``context_tokens`` is ``C_a``: prompt + completion tokens of the agent's latest
-    completed request, or ``None`` when it has not completed one yet (the
-    controller then sizes it with ``KairosConfig.new_agent_context_tokens`` unless
-    ``estimated_context_tokens`` is given, e.g. from the held request's prompt).
-
-    ``decode_tokens`` and ``llm_time_s`` are the sums of Eq. 3/10 over completed
-    requests: generated tokens and request latency (arrival at the router to last
-    byte, including time held pending; tool time excluded).
-
-    ``in_flight`` and ``last_active_s`` tell whether the agent is working or
-    sitting in a tool call / think gap; an activity-aware clock counts only the
-    contexts of working agents (docs/control-law.md, point 6).
-    """
-
-    agent_id: str
-    arrival_s: float
-    context_tokens: int | None = None
-    estimated_context_tokens: int | None = None
-    decode_tokens: int = 0
-    llm_time_s: float = 0.0
-    completed_steps: int = 0
-    waiting_since_s: float | None = None
-    in_flight: bool = False
-    """A request of this agent is being served (or held) right now."""
-    last_active_s: float | None = None
-    """When its latest request ended (None: unknown, counted as active)."""
-
-    @property
-    def throughput_tok_s(self) -> float | None:
-        """Eq. 10: Σ decode tokens / Σ request latency, or None without history."""
-        return agent_throughput_tok_s(self.decode_tokens, self.llm_time_s, self.completed_steps)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestObservation:
-    """One finished request as the router/vLLM saw it (input to the online model).
-
-    ``t_s`` is when it finished (the caller's clock, used to de-duplicate);
-    ``ttft_s`` is arrival at the engine to first token; ``decode_s_per_token``
-    the mean inter-token time after it; ``running`` the number of requests the
-    engine was running and ``active_context_tokens`` the instance's aggregate
-    context when it finished; ``clock_mhz`` the SM clock it ran at.
-    """
-
-    t_s: float
-    prompt_tokens: int
-    cached_tokens: int
-    completion_tokens: int
-    ttft_s: float
-    decode_s_per_token: float
-    running: int
-    active_context_tokens: int
-    clock_mhz: int
+__all__ = [
+    "AgentView",
+    "ControlDecision",
+    "Controller",
+    "InstanceSnapshot",
+    "ModelReport",
+    "RequestObservation",
+    "agent_throughput_tok_s",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +68,11 @@ class ControlDecision:
     capacity_tokens: int = 0
     min_throughput_tok_s: float | None = None
     reason: str = ""
-    extras: dict[str, float] = field(default_factory=dict)
+    report: ModelReport | None = None
+    """A learning controller's own numbers (per-level SLO margins, model error)."""
+    fleet_conflict: bool = False
+    """The fleet budget lowered this decision and meeting its cap needed an
+    SLO-unsafe step (or was impossible)."""
 
 
 class Controller(Protocol):

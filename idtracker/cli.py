@@ -10,6 +10,7 @@ import typer
 
 from idtracker import config as config_mod
 from idtracker.errors import ConfigurationError, IdTrackerError, RegistrationError
+from idtracker.launch import LaunchRequest, launch
 from idtracker.supervisor import SignalGate
 from kairos_common.cli import (
     CONTEXT_SETTINGS,
@@ -23,11 +24,11 @@ from kairos_common.cli import (
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 
-# Nothing imported above may start a thread: signals are blocked per thread, and a
-# thread created before SignalGate.block() (numpy's OpenBLAS pool, pulled in via
-# kairos_common.wire → controllers) would keep SIGTERM & co. unblocked and let the
-# kernel deliver them there — killing id-tracker instead of reaching sigwaitinfo.
-# idtracker.launch is therefore imported only after the block, inside run().
+# Nothing imported here may start a thread: signals are blocked per thread, and a
+# thread created before SignalGate.block() (e.g. numpy's OpenBLAS pool) would keep
+# SIGTERM & co. unblocked and let the kernel deliver them there, killing id-tracker
+# instead of reaching sigwaitinfo. kairos_common.wire imports only the standard
+# library (tests/common/test_import_cost.py checks that none of these loads numpy).
 
 HELP = (
     "Launch an agent program under a fresh Kairos agent identity.\n\n"
@@ -152,7 +153,6 @@ def run(
     """Launch CMD under a new agent identity."""
     gate = SignalGate()
     gate.block()  # first: threads started from here on inherit the blocked mask
-    from idtracker.launch import LaunchRequest, launch  # see the note at the imports
 
     configure_logging(log_level or "warning", log_json)
     log = structlog.get_logger()

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 from idtracker.errors import ConfigurationError
 from kairos_common.cli import check_log_level
 from kairos_common.config import load_config
-from kairos_common.credentials import LIFECYCLE_FILE, discover_credential
+from kairos_common.credentials import LIFECYCLE_FILE, discover_credential, read_credential
 from kairos_common.errors import ConfigError
 
 ENV_PREFIX = "KAIROS"
@@ -112,11 +112,7 @@ def resolve_control_token(cfg: IdTrackerConfig, env: Mapping[str, str] | None = 
         return cfg.control_token.strip() or None
     if cfg.control_token_file is None:
         return discover_credential(cfg.router_url, LIFECYCLE_FILE, env)
-    path = cfg.control_token_file.expanduser()
     try:
-        token = path.read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise ConfigurationError(f"cannot read control token file {path}: {exc.strerror}") from None
-    if not token:
-        raise ConfigurationError(f"control token file {path} is empty")
-    return token
+        return read_credential(cfg.control_token_file)
+    except ConfigError as exc:
+        raise ConfigurationError(str(exc)) from None

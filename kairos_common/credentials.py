@@ -87,7 +87,13 @@ def _loopback_port(router_url: str) -> int | None:
 
 
 def read_credential(path: Path) -> str:
-    """The credential in ``path`` (stripped); :class:`ConfigError` when unusable."""
+    """The credential in ``path`` (stripped); :class:`ConfigError` when unusable.
+
+    The one reader of token files for every component (router, kairosd,
+    id-tracker), so they agree on one rule: an unreadable, empty, over-long or
+    non-printable file is a configuration error, never "no credential". The
+    message names the file, never its contents.
+    """
     try:
         value = path.expanduser().read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:

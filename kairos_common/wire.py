@@ -32,8 +32,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from controllers.types import AgentView, RequestObservation
 from kairos_common.errors import WireFormatError
+from kairos_common.views import AgentView, ModelReport, RequestObservation
 
 API_PREFIX = "/kairos/v1"
 WIRE_VERSION = 1
@@ -52,6 +52,8 @@ MAX_ENERGY_J = 1.0e15
 MAX_COUNT = 2**53
 MAX_STRING = 4096
 MAX_LIST = 1_000_000
+MAX_LEVELS = 4096
+MAX_MARGIN = 1.0e12
 MAX_VALID_FOR_S = 3600.0
 """A decision older than an hour is stale whatever it claimed (1e300 s deferred forever)."""
 
@@ -215,6 +217,45 @@ def observation_from_json(obj: dict[str, Any]) -> RequestObservation:
     )
 
 
+def _finite_or_none(value: float | None) -> float | None:
+    """Strict JSON has no NaN or infinity: a non-finite number is sent as unknown."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def report_to_json(report: ModelReport) -> dict[str, Any]:
+    """Margins as ``[[level, margin], ...]`` (JSON keys are strings; levels are not)."""
+    return {
+        "slo_margins": [
+            [lv, m] for lv, m in sorted(report.slo_margin_by_level.items()) if math.isfinite(m)
+        ],
+        "slo_slack": _finite_or_none(report.slo_slack),
+        "efficient_floor_level": report.efficient_floor_level,
+        "model_error": _finite_or_none(report.model_error),
+        "model_observations": report.model_observations,
+    }
+
+
+def report_from_json(obj: dict[str, Any]) -> ModelReport:
+    margins = _get(obj, "slo_margins", list, [])
+    if len(margins) > MAX_LEVELS or not all(
+        isinstance(p, list)
+        and len(p) == 2
+        and isinstance(p[0], int)
+        and not isinstance(p[0], bool)
+        and 1 <= p[0] <= MAX_LEVELS
+        and _finite(p[1], MAX_MARGIN)
+        for p in margins
+    ):
+        raise WireFormatError("field 'slo_margins' must list [level, finite margin] pairs")
+    return ModelReport(
+        slo_margin_by_level={int(lv): float(m) for lv, m in margins},
+        slo_slack=_get(obj, "slo_slack", float, None, lo=-MAX_MARGIN, hi=MAX_MARGIN),
+        efficient_floor_level=_get(obj, "efficient_floor_level", int, None, lo=1, hi=MAX_LEVELS),
+        model_error=_get(obj, "model_error", float, None, lo=0, hi=MAX_MARGIN),
+        model_observations=_get(obj, "model_observations", int, 0, lo=0),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class InstanceState:
     """router → daemon: one instance's agents, as the router's ledger sees them.
@@ -281,8 +322,10 @@ class AdmissionDecision:
     cannot change clocks, e.g. observe mode); ``measured_power_w`` and
     ``measured_clock_mhz`` are what the instance drew over its last closed
     epoch and at which clock; ``min_throughput_tok_s`` is the slowest agent's
-    Eq. 3 throughput and ``extras`` the controller's own numbers (the predictive
-    controller's per-level SLO slack ``margin_l{level}``).
+    Eq. 3 throughput and ``report`` the controller's own numbers (the predictive
+    controller's per-level SLO margins and efficient floor; None for the others).
+    A message from a daemon that still sends the old ``extras`` map decodes;
+    the map is ignored (the router then falls back to its throughput-scaled slack).
 
     Energy per agent (optional; docs/energy.md): ``energy_total_j`` is the GPU
     energy the instance measured from the daemon's start to the end of its last
@@ -302,7 +345,7 @@ class AdmissionDecision:
     valid_for_s: float = 15.0
     policy: str = "kairos"
     admission_control: bool = True
-    extras: dict[str, float] = field(default_factory=dict)
+    report: ModelReport | None = None
     version: int = WIRE_VERSION
     levels_mhz: tuple[int, ...] = ()
     measured_power_w: float | None = None
@@ -316,9 +359,10 @@ class AdmissionDecision:
         return (self.daemon_start_unix_s, self.epoch)
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "report"}
         out["admit"] = list(self.admit)
         out["levels_mhz"] = list(self.levels_mhz)
+        out["report"] = None if self.report is None else report_to_json(self.report)
         return out
 
     @classmethod
@@ -326,13 +370,9 @@ class AdmissionDecision:
         admit = _get(obj, "admit", list, [])
         if not all(isinstance(a, str) and len(a) <= 256 for a in admit):
             raise WireFormatError("field 'admit' must be a list of agent ids")
-        extras = _get(obj, "extras", dict, {})
-        if len(extras) > 4096 or not all(
-            len(k) <= 256 and _finite(v, 1e12) for k, v in extras.items()
-        ):
-            raise WireFormatError("field 'extras' must map names to finite numbers")
+        report = _get(obj, "report", dict, None)
         levels = _get(obj, "levels_mhz", list, [])
-        if len(levels) > 4096 or not all(
+        if len(levels) > MAX_LEVELS or not all(
             isinstance(c, int) and not isinstance(c, bool) and 0 < c <= MAX_MHZ for c in levels
         ):
             raise WireFormatError("field 'levels_mhz' must be a list of positive MHz integers")
@@ -349,7 +389,7 @@ class AdmissionDecision:
             valid_for_s=_get(obj, "valid_for_s", float, 15.0, lo=1e-3, hi=MAX_VALID_FOR_S),
             policy=_get(obj, "policy", str, "kairos"),
             admission_control=_get(obj, "admission_control", bool, True),
-            extras={str(k): float(v) for k, v in extras.items()},
+            report=None if report is None else report_from_json(report),
             version=_get(obj, "version", int, WIRE_VERSION),
             levels_mhz=tuple(sorted(set(levels))),
             measured_power_w=_get(obj, "measured_power_w", float, None, lo=0, hi=MAX_POWER_W),

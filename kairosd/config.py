@@ -20,7 +20,7 @@ from controllers.predictive import PredictiveConfig
 from controllers.registry import POLICY_NAMES
 from kairos_common.cli import check_http_url, check_log_level, check_port
 from kairos_common.config import load_config
-from kairos_common.credentials import daemon_file, discover_credential
+from kairos_common.credentials import daemon_file, discover_credential, read_credential
 from kairosd.gpu.opening import BACKENDS
 
 ENV_PREFIX = "KAIROSD"
@@ -112,15 +112,14 @@ class KairosdConfig:
             raise ValueError("capacity_tokens must be positive")
 
     def resolved_router_token(self, env: Mapping[str, str] | None = None) -> str | None:
-        """This instance's daemon credential: ``router_token``, else the file's first
-        line, else the ``daemon-<instance>.token`` a local router published."""
+        """This instance's daemon credential: ``router_token``, else the file's
+        (:func:`~kairos_common.credentials.read_credential`: an unreadable or empty
+        file is a :class:`ConfigError`), else the ``daemon-<instance>.token`` a
+        local router published."""
         if self.router_token:
             return self.router_token
         if self.router_token_file is not None:
-            try:
-                return self.router_token_file.read_text(encoding="utf-8").strip() or None
-            except OSError as exc:
-                raise ValueError(f"cannot read router_token_file: {exc}") from exc
+            return read_credential(self.router_token_file)
         if self.router_url and self.instance:
             return discover_credential(self.router_url, daemon_file(self.instance), env)
         return None

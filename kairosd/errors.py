@@ -51,5 +51,7 @@ class VllmMetricsError(InputError):
     """vLLM answered, but the page is malformed or its statistics are disabled."""
 
 
-class RouterUnavailableError(InputError):
-    """The router's ``/kairos/v1`` control endpoints did not answer usefully."""
+class RouterInputError(InputError):
+    """The router's ``/kairos/v1`` control endpoints did not answer usefully
+    (unreachable, an error status, or a malformed body): an input the epoch
+    goes without. Not id-tracker's ``RouterUnavailableError``, which ends a launch."""

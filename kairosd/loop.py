@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -211,7 +210,7 @@ class Daemon:
         if snap is not None:
             try:
                 decision = self.controller.decide(snap)
-                self.metrics.observe_extras(decision.extras)
+                self.metrics.observe_report(decision.report)
             except ControllerError as exc:  # e.g. a router bug sent an invalid agent
                 log.error("controller_rejected_snapshot", error=str(exc), epoch=self.epoch)
         if decision is None:
@@ -249,7 +248,7 @@ class Daemon:
             valid_for_s=self.config.epoch_s * self.config.decision_valid_epochs,
             policy=self.controller.name,
             admission_control=self.controller.admission_control,
-            extras={k: v for k, v in decision.extras.items() if math.isfinite(v)},  # strict JSON
+            report=decision.report,
             # Observe mode cannot follow a cap: the router counts its power as fixed.
             levels_mhz=self.controller.levels.clocks_mhz if self.backend.controls else (),
             measured_power_w=measured_w,

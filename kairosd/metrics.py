@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from kairos_common.views import ModelReport
 from reporting.records import EpochRecord
 
 
@@ -89,15 +90,16 @@ class DaemonMetrics:
         self.admissions.labels(i).inc(rec.admitted)
         self.epochs.labels(i).inc()
 
-    def observe_extras(self, extras: dict[str, float]) -> None:
+    def observe_report(self, report: ModelReport | None) -> None:
         """Export what a learning controller reports about itself (issue 10)."""
+        if report is None:
+            return
         i = self.instance
-        if "model_error" in extras:
-            self.model_error.labels(i).set(extras["model_error"])
-        if "model_observations" in extras:
-            self.model_observations.labels(i).set(extras["model_observations"])
-        if "slo_slack" in extras:
-            self.slo_slack.labels(i).set(extras["slo_slack"])
+        if report.model_error is not None:
+            self.model_error.labels(i).set(report.model_error)
+        self.model_observations.labels(i).set(report.model_observations)
+        if report.slo_slack is not None:
+            self.slo_slack.labels(i).set(report.slo_slack)
 
     def observe_cap(self, cap_mhz: int | None, conflict: bool) -> None:
         self.clock_cap.labels(self.instance).set(cap_mhz or 0)

@@ -2,7 +2,7 @@
 
 Each epoch the daemon pulls its instance's agent state and pushes one
 admission decision. Both calls are bounded by a timeout and raise
-:class:`RouterUnavailableError` on any failure, so the loop can count stale
+:class:`RouterInputError` on any failure, so the loop can count stale
 epochs instead of blocking.
 """
 
@@ -16,7 +16,7 @@ import aiohttp
 
 from kairos_common.errors import WireFormatError
 from kairos_common.wire import API_PREFIX, AdmissionDecision, DecisionAck, InstanceState
-from kairosd.errors import RouterUnavailableError
+from kairosd.errors import RouterInputError
 
 
 class RouterClient:
@@ -62,30 +62,30 @@ class RouterClient:
                 if resp.status in (401, 403):
                     why = "refused the control token" if self._headers else "wants a token"
                     self._refresh_token()  # the next call may find a newer one
-                    raise RouterUnavailableError(
+                    raise RouterInputError(
                         f"{method} {url} answered HTTP {resp.status}: the router {why}; "
                         "set KAIROSD_ROUTER_TOKEN or router_token_file to this instance's "
                         "daemon credential (credentials/daemon-NAME.token in the router's "
                         "state directory)"
                     )
                 if resp.status != 200:
-                    raise RouterUnavailableError(f"{method} {url} answered HTTP {resp.status}")
+                    raise RouterInputError(f"{method} {url} answered HTTP {resp.status}")
                 return await resp.json(content_type=None)
         except TimeoutError as exc:
-            raise RouterUnavailableError(f"{method} {url} timed out") from exc
+            raise RouterInputError(f"{method} {url} timed out") from exc
         except (aiohttp.ClientError, ValueError) as exc:
-            raise RouterUnavailableError(f"{method} {url}: {exc}") from exc
+            raise RouterInputError(f"{method} {url}: {exc}") from exc
 
     async def state(self) -> InstanceState:
         obj = await self._json("GET", self.state_url)
         try:
             return InstanceState.from_json(obj)
         except WireFormatError as exc:
-            raise RouterUnavailableError(f"malformed instance state: {exc}") from exc
+            raise RouterInputError(f"malformed instance state: {exc}") from exc
 
     async def post_decision(self, decision: AdmissionDecision) -> DecisionAck:
         obj = await self._json("POST", self.decision_url, decision.to_json())
         try:
             return DecisionAck.from_json(obj)
         except WireFormatError as exc:
-            raise RouterUnavailableError(f"malformed decision ack: {exc}") from exc
+            raise RouterInputError(f"malformed decision ack: {exc}") from exc

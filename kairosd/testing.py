@@ -152,8 +152,12 @@ def vllm_metrics_text(s: VllmState) -> str:
 _PROCESS_ONLY = "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total 1.5\n"
 
 
-class FakeVllm(_Served):
+class ScriptedVllm(_Served):
     """``/metrics`` plus the simulated-GPU endpoints of :mod:`kairos_common.simgpu`.
+
+    Scripted: its numbers are what a test sets (``vllm``, ``gpus``), nothing is
+    served or simulated. The fake *engine* that answers chat completions is
+    :class:`simulator.fakevllm.FakeVllm`.
 
     ``clock`` drives energy accrual: energy advances by power × elapsed clock
     time whenever the GPUs are read (tests pass a manual clock to control it).

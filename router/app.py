@@ -18,6 +18,7 @@ import aiohttp
 import structlog
 from aiohttp import web
 
+from kairos_common.credentials import read_credential
 from reporting.records import JsonlWriter
 from router.admin_api import AdminApi
 from router.auth import ControlAuth
@@ -30,7 +31,7 @@ from router.health import HealthChecker
 from router.identity_mw import upstream_headers
 from router.openai_errors import error_response, from_router_error
 from router.proxy import ROUTES, Proxy
-from router.secrets_store import RouterCredentials, load_or_create_secret, read_token_file
+from router.secrets_store import RouterCredentials, load_or_create_secret
 from router.server_limits import LimitedRunner, http_logger
 from router.store import StateStore
 
@@ -82,7 +83,7 @@ def resolve_config(config: RouterConfig) -> tuple[RouterConfig, bytes | None, St
         secret = load_or_create_secret(config.signing_secret_file or state / "signing.key")
     if config.control_token is None and config.control_token_file is not None:
         config = dataclasses.replace(
-            config, control_token=read_token_file(config.control_token_file)
+            config, control_token=read_credential(config.control_token_file)
         )
     store = StateStore(state / "router.sqlite3")
     records = JsonlWriter(config.records or state / "agents.jsonl")

@@ -76,7 +76,7 @@ class _View:
             boost=d.boost,
             min_throughput_tok_s=d.min_throughput_tok_s,
             reason="daemon",
-            extras=dict(d.extras),
+            report=d.report,
         )
         return InstancePower(name, levels, decision, d.measured_power_w, d.measured_clock_mhz)
 

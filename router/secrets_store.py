@@ -50,11 +50,6 @@ def load_or_create_secret(path: Path) -> bytes:
     return secret
 
 
-def read_token_file(path: Path) -> str:
-    """The admin credential from ``--control-token-file``."""
-    return read_credential(path)
-
-
 def _write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically with mode 0600 (never world-readable)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

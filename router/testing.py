@@ -278,19 +278,6 @@ def role_headers(url: str, method: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"} if token else {}
 
 
-class ManualClock:
-    """A monotonic clock the test advances explicitly."""
-
-    def __init__(self, start_s: float = 1000.0) -> None:
-        self.now_s = start_s
-
-    def __call__(self) -> float:
-        return self.now_s
-
-    def advance(self, seconds: float) -> None:
-        self.now_s += seconds
-
-
 async def start_router(
     backends: list[str],
     state_dir: Path,

@@ -71,7 +71,7 @@ _json = st.recursive(
 _known_keys = st.sampled_from(
     ["model", "messages", "stream", "stream_options", "instance", "daemon_id", "epoch",
      "daemon_start_unix_s", "admit", "valid_for_s", "capacity_tokens", "exit_code", "name",
-     "url", "draining", "slo_tok_s", "parent_id", "extras", "levels_mhz", "measured_power_w"]
+     "url", "draining", "slo_tok_s", "parent_id", "report", "levels_mhz", "measured_power_w"]
 )  # fmt: skip
 _shaped = st.dictionaries(_known_keys, _json, max_size=8)
 

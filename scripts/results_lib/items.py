@@ -13,7 +13,7 @@ from scripts.results_lib import items_single as s
 from scripts.results_lib import items_slo_ta as st
 from scripts.results_lib import items_trace as tr
 from scripts.results_lib.energy import energy_render
-from scripts.results_lib.items_single import Data, Results
+from scripts.results_lib.items_single import Data, Results, VerdictRow
 from scripts.results_lib.plan import Plan
 from scripts.results_lib.runs import Task
 
@@ -28,6 +28,8 @@ class Item:
     tasks: Callable[[Plan], list[Task]]
     build: Callable[[Plan, Results], Data]
     render: Callable[[Data, Path, bool, AllData], str]
+    verdicts: Callable[[Data], list[VerdictRow]] = lambda _d: []
+    """This item's rows of the paper-vs-simulator table (none by default)."""
 
 
 def _no_tasks(_: Plan) -> list[Task]:
@@ -57,6 +59,7 @@ ITEMS: tuple[Item, ...] = (
         s.fig4_tasks,
         s.fig4_build,
         _plain(s.fig4_render),
+        s.fig4_verdicts,
     ),
     Item(
         2,
@@ -65,6 +68,7 @@ ITEMS: tuple[Item, ...] = (
         s.fig7_tasks,
         s.fig7_build,
         _plain(s.fig7_render),
+        s.fig7_verdicts,
     ),
     Item(
         3,
@@ -73,6 +77,7 @@ ITEMS: tuple[Item, ...] = (
         st.fig8_tasks,
         st.fig8_build,
         _plain(st.fig8_render),
+        st.fig8_verdicts,
     ),
     Item(
         4,
@@ -81,6 +86,7 @@ ITEMS: tuple[Item, ...] = (
         st.fig10_tasks,
         st.fig10_build,
         _plain(st.fig10_render),
+        st.fig10_verdicts,
     ),
     Item(
         5,
@@ -89,6 +95,7 @@ ITEMS: tuple[Item, ...] = (
         m.fig12_tasks,
         m.fig12_build,
         _plain(m.fig12_render),
+        m.fig12_verdicts,
     ),
     Item(
         6,
@@ -106,6 +113,7 @@ ITEMS: tuple[Item, ...] = (
         o.oracle_tasks,
         o.oracle_build,
         _plain(o.oracle_render),
+        o.oracle_verdicts,
     ),
     Item(
         9,
@@ -114,6 +122,7 @@ ITEMS: tuple[Item, ...] = (
         m.robust_tasks,
         m.robust_build,
         _plain(m.robust_render),
+        m.robust_verdicts,
     ),
     Item(
         10,

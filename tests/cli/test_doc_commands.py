@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.deploy.cli_check import parse, program_call, segments
-from tests.deploy.test_docs import FENCE, INLINE, STARTS, shell_lines
+from tests.deploy.cli_check import FENCE, INLINE, STARTS, parse, program_call, segments, shell_lines
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kairosd.errors import RouterUnavailableError
+from kairosd.errors import RouterInputError
 from kairosd.router_client import RouterClient
 
 
@@ -26,7 +26,7 @@ async def test_401_names_the_token_setting(token: str | None, why: str) -> None:
     try:
         async with aiohttp.ClientSession() as session:
             client = RouterClient(session, f"http://127.0.0.1:{port}", "i0", 2.0, token)
-            with pytest.raises(RouterUnavailableError) as info:
+            with pytest.raises(RouterInputError) as info:
                 await client.state()
     finally:
         await runner.cleanup()

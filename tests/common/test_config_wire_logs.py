@@ -9,6 +9,7 @@ from controllers import AgentView
 from kairos_common.config import config_reference, load_config
 from kairos_common.errors import ConfigError, WireFormatError
 from kairos_common.logs import redact_secrets
+from kairos_common.views import ModelReport
 from kairos_common.wire import AdmissionDecision, InstanceState
 
 
@@ -69,7 +70,7 @@ def test_decision_roundtrip_and_ordering() -> None:
         daemon_start_unix_s=10.0,
         epoch=3,
         admit=("a",),
-        extras={"x": 1.0},
+        report=ModelReport({1: -0.5, 2: 0.25}, slo_slack=0.25, efficient_floor_level=2),
     )
     back = AdmissionDecision.from_json(d.to_json())
     assert back == d

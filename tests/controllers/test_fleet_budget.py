@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controllers import ControlDecision, FrequencyLevels
-from controllers.errors import InvalidSnapshotError
+from controllers import ControlDecision, FrequencyLevels, ModelReport
+from controllers.errors import InvalidConfigError
 from controllers.fleet_budget import FleetBudget, FleetBudgetConfig, InstancePower
 
 LEVELS = FrequencyLevels((660, 825, 975, 1140, 1305, 1470, 1620, 1785))
@@ -16,8 +16,8 @@ LEVELS = FrequencyLevels((660, 825, 975, 1140, 1305, 1470, 1620, 1785))
 def _view(
     name: str, level: int, power_w: float, slack: float | None = None, measured_level: int = 8
 ) -> InstancePower:
-    extras = {} if slack is None else {f"margin_l{lv}": slack for lv in range(1, 9)}
-    d = ControlDecision(epoch=1, level=level, clock_mhz=LEVELS.clock_of(level), extras=extras)
+    report = None if slack is None else ModelReport({lv: slack for lv in range(1, 9)})
+    d = ControlDecision(epoch=1, level=level, clock_mhz=LEVELS.clock_of(level), report=report)
     return InstancePower(name, LEVELS, d, power_w, LEVELS.clock_of(measured_level))
 
 
@@ -54,7 +54,10 @@ def test_never_lowers_below_an_instance_efficient_floor() -> None:
     """An instance whose controller says levels under 3 are clock-bound (no
     saving) is not taken below 3; the budget reports the cap as infeasible."""
     d = ControlDecision(
-        epoch=1, level=8, clock_mhz=1785, extras={"efficient_floor_level": 3.0, "margin_l7": 1.0}
+        epoch=1,
+        level=8,
+        clock_mhz=1785,
+        report=ModelReport({7: 1.0}, efficient_floor_level=3),
     )
     floored = InstancePower("f", LEVELS, d, 380.0, 1785)
     out = FleetBudget(FleetBudgetConfig(cap_w=100.0)).allocate([floored, _view("g", 8, 380.0)])
@@ -99,7 +102,7 @@ def test_headroom_tracks_epochs_over_the_cap() -> None:
 
 
 def test_invalid_cap() -> None:
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidConfigError):
         FleetBudgetConfig(cap_w=0.0)
 
 

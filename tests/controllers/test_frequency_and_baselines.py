@@ -6,7 +6,7 @@ from controllers import (
     FixedClock,
     FrequencyLevels,
     InstanceSnapshot,
-    InvalidSnapshotError,
+    InvalidConfigError,
     NoControl,
     UnknownPolicyError,
     levels_for,
@@ -35,12 +35,12 @@ def test_num_levels_one_is_the_top_clock() -> None:
 
 
 def test_empty_range_is_an_error() -> None:
-    with pytest.raises(InvalidSnapshotError, match="no supported clock"):
+    with pytest.raises(InvalidConfigError, match="no supported clock"):
         FrequencyLevels.from_supported(H100, floor_mhz=2500)
 
 
 def test_unsorted_levels_rejected() -> None:
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidConfigError):
         FrequencyLevels((900, 600))
 
 

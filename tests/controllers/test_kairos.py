@@ -8,6 +8,7 @@ from controllers import (
     AgentView,
     FrequencyLevels,
     InstanceSnapshot,
+    InvalidConfigError,
     InvalidSnapshotError,
     KairosConfig,
     KairosController,
@@ -181,5 +182,5 @@ def test_measured_usage_overrides_sum() -> None:
     [{"alpha": 0.0}, {"alpha": 1.5}, {"gamma": 0.96, "beta": 0.95}, {"slo_tok_s": -1.0}],
 )
 def test_bad_config_is_rejected(kwargs: dict[str, float]) -> None:
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidConfigError):
         KairosConfig(**kwargs)  # type: ignore[arg-type]

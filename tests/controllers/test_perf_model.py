@@ -1,4 +1,4 @@
-"""The numpy NNLS and the online performance model (issue 10)."""
+"""The NNLS wrapper (scipy) and the online performance model (issue 10)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from controllers.perf_model import (
     nnls,
     typical_shape,
 )
-from controllers.types import RequestObservation
+from tests.controllers.conftest import synthetic_observations, truth_tpot, truth_ttft
 
 KNOTS = (660, 825, 975, 1140, 1305, 1470, 1620)
 
@@ -67,42 +67,6 @@ def test_clock_features_are_convex_and_decreasing_in_clock() -> None:
         assert np.all(lo[1:] >= hi[1:])
 
 
-def _truth_tpot(clock_mhz: float, running: float, ctx: float) -> float:
-    """A synthetic GPU (not the simulator's): memory knee at 900 MHz."""
-    s_m = 1.0 + 0.05 * (1785 / clock_mhz - 1) if clock_mhz >= 900 else 1785 / clock_mhz * 0.52
-    return 0.004 + (0.006 + 0.0004 * running + 0.01 * ctx / 1e5) * s_m
-
-
-def _truth_ttft(clock_mhz: float, uncached: float, cached: float) -> float:
-    pairs = uncached * cached + uncached * (uncached + 1) / 2
-    return 0.01 + (2e-5 * uncached + 2e-9 * pairs) * 1785 / clock_mhz
-
-
-def synthetic_observations(n: int, seed: int = 0, t0: float = 0.0) -> list[RequestObservation]:
-    rng = np.random.default_rng(seed)
-    out = []
-    for i in range(n):
-        f = int(rng.choice((660, 825, 975, 1140, 1305, 1470, 1620, 1785)))
-        running = int(rng.integers(1, 30))
-        ctx = int(rng.integers(10_000, 400_000))
-        prompt = int(rng.integers(1000, 30_000))
-        cached = int(prompt * rng.uniform(0, 0.98))
-        out.append(
-            RequestObservation(
-                t_s=t0 + i,
-                prompt_tokens=prompt,
-                cached_tokens=cached,
-                completion_tokens=int(rng.integers(20, 400)),
-                ttft_s=_truth_ttft(f, prompt - cached, cached),
-                decode_s_per_token=_truth_tpot(f, running, ctx),
-                running=running,
-                active_context_tokens=ctx,
-                clock_mhz=f,
-            )
-        )
-    return out
-
-
 def test_model_is_not_ready_before_warmup_then_learns_the_clock() -> None:
     model = OnlinePerfModel(KNOTS, PerfModelConfig(warmup=40, window=400, refit_every=20))
     obs = synthetic_observations(300)
@@ -114,7 +78,7 @@ def test_model_is_not_ready_before_warmup_then_learns_the_clock() -> None:
     assert model.error is not None and model.error < 0.05
     shape = RequestShape(500, 8000, 100, 10, 2e5)
     for f in (660, 900, 1305, 1785):
-        truth = _truth_ttft(f, 500, 8000) + 99 * _truth_tpot(f, 10, 2e5)
+        truth = truth_ttft(f, 500, 8000) + 99 * truth_tpot(f, 10, 2e5)
         pred = model.request_time_s(shape, f)
         assert pred is not None and abs(pred - truth) / truth < 0.05
     slow = model.slowdown(shape, 660, 1785)

@@ -12,7 +12,7 @@ from controllers import (
     ReassignmentRule,
     RoundRobin,
     UnknownPolicyError,
-    make_placement,
+    make_placement_policy,
 )
 
 CAP = 100
@@ -57,9 +57,9 @@ def test_no_candidates_is_an_error() -> None:
 
 
 def test_make_placement() -> None:
-    assert make_placement("round-robin").name == "round-robin"
+    assert make_placement_policy("round-robin").name == "round-robin"
     with pytest.raises(UnknownPolicyError):
-        make_placement("random")
+        make_placement_policy("random")
 
 
 def test_reassignment_waits_for_interval() -> None:

@@ -16,9 +16,9 @@ from controllers import (
     KairosController,
     make_controller,
 )
-from controllers.errors import InvalidSnapshotError
+from controllers.errors import InvalidConfigError
 from controllers.predictive import PredictiveConfig, PredictiveController, confident_positive
-from tests.controllers.test_perf_model import synthetic_observations
+from tests.controllers.conftest import synthetic_observations
 
 LEVELS = FrequencyLevels((660, 825, 975, 1140, 1305, 1470, 1620, 1785))
 CAP = 500_000
@@ -113,7 +113,8 @@ def test_kairos_ceiling_caps_proactive_steps_up() -> None:
     snap = _snap(epoch, [21.9, 60.0], 975)
     d, k = ctrl.decide(snap), kairos.decide(snap)
     assert not k.boost
-    assert d.level <= max(k.level, int(d.extras["efficient_floor_level"]))
+    assert d.report is not None and d.report.efficient_floor_level is not None
+    assert d.level <= max(k.level, d.report.efficient_floor_level)
     assert d.level < 4  # uncapped it steps above level 3 (previous test)
 
 
@@ -185,7 +186,8 @@ def test_context_projection_blocks_lower_clocks() -> None:
         d = ctrl.decide(InstanceSnapshot(now, e, CAP, ongoing=busy, clock_mhz=975))
         assert d.level >= 3
         now += 5.0
-    assert d.extras["margin_l2"] < 0 <= d.extras["margin_l3"]
+    assert d.report is not None
+    assert d.report.slo_margin_by_level[2] < 0 <= d.report.slo_margin_by_level[3]
 
 
 @settings(max_examples=25, deadline=None)
@@ -228,7 +230,8 @@ def test_with_the_ceiling_never_above_kairos_outside_boosts(
         d, k = ctrl.decide(snap), kairos.decide(snap)
         assert d.boost == k.boost
         if not k.boost:
-            assert d.level <= max(k.level, int(d.extras["efficient_floor_level"]))
+            assert d.report is not None and d.report.efficient_floor_level is not None
+            assert d.level <= max(k.level, d.report.efficient_floor_level)
         clock = d.clock_mhz
 
 
@@ -250,7 +253,7 @@ def test_confident_positive_implies_mean_above_two_se(samples: list[float]) -> N
 
 
 def test_config_validation() -> None:
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidConfigError):
         PredictiveConfig(margin=-0.1)
-    with pytest.raises(InvalidSnapshotError):
+    with pytest.raises(InvalidConfigError):
         PredictiveConfig(min_samples=1)

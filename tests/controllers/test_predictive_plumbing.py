@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from controllers import KairosConfig, PredictiveConfig, PredictiveController, RequestObservation
+from controllers import (
+    KairosConfig,
+    ModelReport,
+    PredictiveConfig,
+    PredictiveController,
+    RequestObservation,
+)
 from controllers.fleet_budget import FleetBudgetConfig
 from kairos_common.wire import InstanceState
 from kairosd.snapshot import EpochInputs, build_snapshot, with_clock
@@ -105,7 +111,7 @@ def test_daemon_exports_model_error() -> None:
     from kairosd.metrics import DaemonMetrics
 
     m = DaemonMetrics("gpu0")
-    m.observe_extras({"model_error": 0.07, "model_observations": 120.0, "slo_slack": 0.3})
+    m.observe_report(ModelReport(model_error=0.07, model_observations=120, slo_slack=0.3))
     text = m.render().decode()
     assert 'kairosd_model_error_ratio{instance="gpu0"} 0.07' in text
     assert 'kairosd_predicted_slo_slack{instance="gpu0"} 0.3' in text

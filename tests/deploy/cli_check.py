@@ -9,6 +9,7 @@ exactly as it would be on the host.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,18 @@ import typer
 import typer.main
 
 PROGRAMS = ("kairosd", "kairos-router", "id-tracker", "kairos")
+STARTS = {*PROGRAMS, "sudo", *(f"/opt/kairos/bin/{p}" for p in PROGRAMS)}
+"""Words that start a Kairos command line in the docs."""
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
+"""A fenced code block of a Markdown document: (language tag, body)."""
+INLINE = re.compile(r"`([^`\n]+)`")
+"""An inline code span of a Markdown document."""
+
+
+def shell_lines(block: str) -> list[str]:
+    """Logical lines: backslash continuations joined."""
+    return block.replace("\\\n", " ").splitlines()
+
 
 # Words that may precede the program on a doc line without being part of it.
 _WRAPPERS = {"sudo", "env", "exec", "nohup", "time", "command"}

@@ -17,14 +17,19 @@ from kairosd.config import ENV_PREFIX as KAIROSD_ENV
 from kairosd.config import KairosdConfig
 from router.config import ENV_PREFIX as ROUTER_ENV
 from router.config import RouterConfig
-from tests.deploy.cli_check import PROGRAMS, parse, program_call, segments
+from tests.deploy.cli_check import (
+    FENCE,
+    INLINE,
+    STARTS,
+    parse,
+    program_call,
+    segments,
+    shell_lines,
+)
 from tests.deploy.units import DROPIN_FILES, ETC, ROOT, UNIT_FILES
 
 DOC = ROOT / "docs" / "deploy.md"
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
-INLINE = re.compile(r"`([^`\n]+)`")
 SHELL = ("bash", "sh", "shell", "console")
-STARTS = {*PROGRAMS, "sudo", *(f"/opt/kairos/bin/{p}" for p in PROGRAMS)}
 
 
 def doc() -> str:
@@ -33,11 +38,6 @@ def doc() -> str:
 
 def code_blocks(lang: str | None = None) -> list[str]:
     return [body for tag, body in FENCE.findall(doc()) if lang is None or tag == lang]
-
-
-def shell_lines(block: str) -> list[str]:
-    """Logical lines: backslash continuations joined."""
-    return block.replace("\\\n", " ").splitlines()
 
 
 def block_commands() -> list[tuple[str, str, list[str]]]:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from controllers.types import AgentView
-from kairosd.testing import FakeRouter, FakeVllm
+from kairosd.testing import FakeRouter, ScriptedVllm
 from tests.deploy.units import (
     INSTALL_PREFIX,
     SYSTEMD,
@@ -39,8 +39,8 @@ EPOCH_S = 0.5
 
 
 @pytest.fixture
-async def fakes() -> AsyncIterator[tuple[FakeVllm, FakeRouter]]:
-    vllm, router = FakeVllm(), FakeRouter(instance="gpu0")
+async def fakes() -> AsyncIterator[tuple[ScriptedVllm, FakeRouter]]:
+    vllm, router = ScriptedVllm(), FakeRouter(instance="gpu0")
     router.ongoing = [AgentView(agent_id="a", arrival_s=0.0, context_tokens=40_000)]
     await vllm.start()
     await router.start()
@@ -83,7 +83,7 @@ async def received(sock: socket.socket, field: str, timeout_s: float) -> float:
 
 
 async def test_sigkilled_daemon_is_cleaned_up_by_exec_stop_post(
-    fakes: tuple[FakeVllm, FakeRouter], notify_socket: socket.socket, tmp_path: Path
+    fakes: tuple[ScriptedVllm, FakeRouter], notify_socket: socket.socket, tmp_path: Path
 ) -> None:
     vllm, router = fakes
     env = {

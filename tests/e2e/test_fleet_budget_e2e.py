@@ -26,21 +26,21 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from kairosd.testing import FakeVllm
+from kairosd.testing import ScriptedVllm
 from simulator.stack import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(180)]
 
 CAP_W = 1000.0
 EPOCH_S = 0.5
-TOP_MHZ = 1980  # FakeVllm's H100-like clock list ends here
+TOP_MHZ = 1980  # ScriptedVllm's H100-like clock list ends here
 # Generous bounds: on a busy 2-core machine three Python processes take many
 # seconds to start. Waits end at the first clock write that satisfies them.
 START_TIMEOUT_S = 90.0
 WAIT_S = 30.0
 
 
-class HealthyFakeVllm(FakeVllm):
+class HealthyScriptedVllm(ScriptedVllm):
     """The fake vLLM plus ``/health``, so the router keeps the instance eligible."""
 
     def app(self) -> web.Application:
@@ -53,8 +53,8 @@ class HealthyFakeVllm(FakeVllm):
 
 
 @pytest.fixture
-async def vllms() -> AsyncIterator[list[FakeVllm]]:
-    fakes: list[FakeVllm] = [HealthyFakeVllm(), HealthyFakeVllm()]
+async def vllms() -> AsyncIterator[list[ScriptedVllm]]:
+    fakes: list[ScriptedVllm] = [HealthyScriptedVllm(), HealthyScriptedVllm()]
     for fake in fakes:
         await fake.start()
     yield fakes
@@ -96,7 +96,7 @@ async def _get_json(session: aiohttp.ClientSession, url: str) -> Any:
         return await resp.json()
 
 
-async def _wait_all(fakes: list[FakeVllm], cond: Any, timeout_s: float) -> None:
+async def _wait_all(fakes: list[ScriptedVllm], cond: Any, timeout_s: float) -> None:
     """Until ``cond(gpus)`` holds over every fake's GPUs (re-checked on clock writes)."""
     gpus = [f.gpus[0] for f in fakes]
     async with asyncio.timeout(timeout_s):
@@ -114,7 +114,7 @@ def _logs(tmp: Path) -> str:
 
 
 async def test_router_caps_two_real_daemons_under_the_fleet_budget(
-    vllms: list[FakeVllm], tmp_path: Path
+    vllms: list[ScriptedVllm], tmp_path: Path
 ) -> None:
     router_port = free_port()
     router_url = f"http://127.0.0.1:{router_port}"

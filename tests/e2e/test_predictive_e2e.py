@@ -11,7 +11,7 @@ import asyncio
 import pytest
 
 from simulator.demo_run import DemoConfig, PolicyResult, run_policy
-from tests.e2e.test_stack_e2e import _agent, require_valid
+from tests.e2e.conftest import agent_program, require_valid
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -20,7 +20,9 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 def run(tmp_path_factory: pytest.TempPathFactory) -> PolicyResult:
     # Twelve busy agents (10 streamed turns each) in 240 simulated seconds:
     # enough finished requests for the model's 40-observation warm-up.
-    arrivals = [(10.0 * i, _agent(f"busy-{i}", 3_000, 400, 10, 1.0, output=200)) for i in range(12)]
+    arrivals = [
+        (10.0 * i, agent_program(f"busy-{i}", 3_000, 400, 10, 1.0, output=200)) for i in range(12)
+    ]
     cfg = DemoConfig(
         out_dir=tmp_path_factory.mktemp("e2e-predictive"),
         window_s=240.0,

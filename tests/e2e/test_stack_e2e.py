@@ -20,36 +20,10 @@ import pytest
 from reporting.energy import energy_balance
 from reporting.records import AgentRecord, EpochRecord, read_records
 from simulator.demo_run import DemoConfig, PolicyResult, run_policies
-from simulator.workload import AgentProgram, Turn
+from simulator.workload import AgentProgram
+from tests.e2e.conftest import agent_program, require_valid
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
-
-
-def require_valid(*results: PolicyResult) -> None:
-    """Fail with the self-check's message when a run's lag made its numbers invalid."""
-    for res in results:
-        assert res.lag is not None
-        if not res.lag.valid:
-            pytest.fail(f"{res.policy}: {res.lag.verdict()}", pytrace=False)
-
-
-def _agent(
-    name: str, prompt: int, growth: int, turns: int, think_s: float, output: int = 100
-) -> AgentProgram:
-    """An agent whose context grows by ``growth`` tokens a turn (fully reused prefix)."""
-    out = []
-    for k in range(turns):
-        p = prompt + k * growth
-        shared = 0 if k == 0 else p - growth + output
-        out.append(
-            Turn(
-                prompt_tokens=p,
-                shared_prefix_tokens=min(shared, p),
-                output_tokens=output,
-                think_s=think_s,
-            )
-        )
-    return AgentProgram(agent_id=name, turns=tuple(out))
 
 
 def scripted_arrivals() -> list[tuple[float, AgentProgram]]:
@@ -61,10 +35,11 @@ def scripted_arrivals() -> list[tuple[float, AgentProgram]]:
     * 90–250 s: moderate load (a few small, busy agents), where KAIROS can lower
       the clock and save energy against no-control on the same arrivals.
     """
-    fill = [(2.0 * i, _agent(f"fill-{i}", 17_000, 800, 4, 8.0)) for i in range(6)]
-    burst = [(30.0 + i, _agent(f"burst-{i}", 5_000, 400, 4, 5.0)) for i in range(3)]
+    fill = [(2.0 * i, agent_program(f"fill-{i}", 17_000, 800, 4, 8.0)) for i in range(6)]
+    burst = [(30.0 + i, agent_program(f"burst-{i}", 5_000, 400, 4, 5.0)) for i in range(3)]
     light = [
-        (90.0 + 16.0 * i, _agent(f"light-{i}", 3_000, 400, 8, 1.0, output=300)) for i in range(10)
+        (90.0 + 16.0 * i, agent_program(f"light-{i}", 3_000, 400, 8, 1.0, output=300))
+        for i in range(10)
     ]
     return fill + burst + light
 

@@ -21,7 +21,7 @@ import pytest
 from kairos_common.credentials import LIFECYCLE_FILE, discover_credential
 from kairos_common.identity import compose_key
 from kairos_common.wire import AgentStart
-from kairosd.testing import FakeVllm
+from kairosd.testing import ScriptedVllm
 from router.config import TimeoutSettings
 from router.testing import FakeBackend, start_router
 
@@ -128,8 +128,8 @@ async def test_router_sigkill_restart_keeps_agents_and_nothing_ended_returns(
 
 
 @pytest.fixture
-async def live_vllm() -> AsyncIterator[FakeVllm]:
-    fake = FakeVllm()
+async def live_vllm() -> AsyncIterator[ScriptedVllm]:
+    fake = ScriptedVllm()
     await fake.start()
     yield fake
     fake.release_hangs()
@@ -145,7 +145,7 @@ async def _kairosd(*args: str) -> asyncio.subprocess.Process:
 
 
 async def test_kairosd_sigkill_then_reset_unlocks_the_simulated_gpu(
-    live_vllm: FakeVllm,
+    live_vllm: ScriptedVllm,
 ) -> None:
     """What systemd's ExecStopPost does after a crash: `kairosd reset`."""
     proc = await _kairosd(

@@ -16,18 +16,19 @@ from aiohttp import web
 
 from controllers.frequency import FrequencyLevels
 from controllers.registry import make_controller
+from kairos_common.testing import ManualClock
 from kairos_common.vllm_metrics import MetricsParseError, parse_vllm_metrics
 from kairosd.config import KairosdConfig
 from kairosd.gpu.zeus_backend import ZeusBackend
 from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
-from kairosd.testing import FakeRouter, FakeVllm, FakeZeusGpus
+from kairosd.testing import FakeRouter, FakeZeusGpus, ScriptedVllm
 from kairosd.vllm_client import VllmClient
 from reporting.records import EpochRecord
 from router.errors import StateStoreError
 from router.store import StateStore
 from router.testing import FakeBackend, start_router
-from tests.kairosd.conftest import CLOCKS, ManualClock, make_daemon
+from tests.kairosd.conftest import CLOCKS, make_daemon
 
 
 @pytest.mark.parametrize("value", ["NaN", "+Inf", "-Inf"])
@@ -192,7 +193,7 @@ async def test_corrupt_database_is_set_aside_and_the_router_starts(
 
 
 async def test_kairosd_nan_metrics_are_a_stale_input_logged_once(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock, stale_epochs=2)
     vllm.vllm.mode = "nan"
@@ -221,7 +222,7 @@ class _OrderSink:
 
 
 async def test_kairosd_shutdown_waits_for_nvml_then_resets_then_reports(
-    vllm: FakeVllm, clock: ManualClock, session: aiohttp.ClientSession
+    vllm: ScriptedVllm, clock: ManualClock, session: aiohttp.ClientSession
 ) -> None:
     gpus = FakeZeusGpus(num_gpus=1, supported_clocks_mhz=CLOCKS)
     backend = ZeusBackend(gpus, (0,), timeout_s=0.2)

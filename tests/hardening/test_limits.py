@@ -12,7 +12,8 @@ import aiohttp
 import pytest
 import structlog
 
-from router.testing import FakeBackend, ManualClock, RunningRouter, start_router
+from kairos_common.testing import ManualClock
+from router.testing import FakeBackend, RunningRouter, start_router
 from tests.router.conftest import CHAT, agent_key, start_agent
 
 CHAT_URL = "/v1/chat/completions"

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kairos_common.errors import WireFormatError
+from kairos_common.views import ModelReport
 from kairos_common.wire import (
     AdmissionDecision,
     AgentEnd,
@@ -27,8 +28,8 @@ def test_a_normal_decision_round_trips() -> None:
     d = AdmissionDecision(
         instance="i0", daemon_id="d", daemon_start_unix_s=1.7e9, epoch=3,
         admit=("a",), capacity_tokens=1000, clock_mhz=1410, valid_for_s=15.0,
-        extras={"margin_l1": 0.2}, levels_mhz=(810, 1410), measured_power_w=350.0,
-        measured_clock_mhz=1410, min_throughput_tok_s=22.5,
+        report=ModelReport({1: 0.2}, model_error=0.1), levels_mhz=(810, 1410),
+        measured_power_w=350.0, measured_clock_mhz=1410, min_throughput_tok_s=22.5,
     )  # fmt: skip
     assert AdmissionDecision.from_json(json.loads(json.dumps(d.to_json()))) == d
 
@@ -52,9 +53,14 @@ def test_a_normal_decision_round_trips() -> None:
         {"clock_mhz": 10**9},
         {"epoch": -1},
         {"epoch": 10**30},
-        {"extras": {"x": float("nan")}},
-        {"extras": {"x": 1e300}},
-        {"extras": {"x": True}},
+        {"report": {"slo_margins": [[1, float("nan")]]}},
+        {"report": {"slo_margins": [[1, 1e300]]}},
+        {"report": {"slo_margins": [[True, 0.1]]}},
+        {"report": {"slo_margins": [[0, 0.1]]}},
+        {"report": {"slo_margins": {"1": 0.1}}},
+        {"report": {"efficient_floor_level": 10**9}},
+        {"report": {"model_error": -1.0}},
+        {"report": "margins"},
         {"levels_mhz": [0]},
         {"levels_mhz": [10**9]},
         {"admit": ["x" * 300]},

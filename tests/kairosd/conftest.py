@@ -7,30 +7,32 @@ from typing import Any
 import aiohttp
 import pytest
 
+from controllers.types import AgentView
+from kairos_common.testing import ManualClock
 from kairosd.config import KairosdConfig
 from kairosd.gpu.sim_backend import SimBackend
 from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.router_client import RouterClient
 from kairosd.startup import build_controller, prepare_backend
-from kairosd.testing import FakeRouter, FakeVllm
+from kairosd.testing import FakeRouter, ScriptedVllm
 from kairosd.vllm_client import VllmClient
 from reporting.records import EpochRecord
 
 CLOCKS = (800, 1000, 1200, 1400, 1600)
 
 
-class ManualClock:
-    """Injectable monotonic clock that only moves when a test says so."""
-
-    def __init__(self, t: float = 1000.0) -> None:
-        self.t = t
-
-    def __call__(self) -> float:
-        return self.t
-
-    def advance(self, dt: float) -> None:
-        self.t += dt
+def agent(aid: str, ctx: int | None, tput: float | None = 100.0, arrival: float = 0.0) -> AgentView:
+    if tput is None:
+        return AgentView(agent_id=aid, arrival_s=arrival, context_tokens=ctx)
+    return AgentView(
+        agent_id=aid,
+        arrival_s=arrival,
+        context_tokens=ctx,
+        decode_tokens=int(tput * 10),
+        llm_time_s=10.0,
+        completed_steps=3,
+    )
 
 
 @dataclass
@@ -47,8 +49,8 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def vllm(clock: ManualClock) -> AsyncIterator[FakeVllm]:
-    fake = FakeVllm(clock=clock, supported_clocks_mhz=CLOCKS)
+async def vllm(clock: ManualClock) -> AsyncIterator[ScriptedVllm]:
+    fake = ScriptedVllm(clock=clock, supported_clocks_mhz=CLOCKS)
     await fake.start()
     yield fake
     fake.release_hangs()
@@ -70,7 +72,7 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
 
 
 async def make_daemon(
-    vllm: FakeVllm,
+    vllm: ScriptedVllm,
     router: FakeRouter | None,
     session: aiohttp.ClientSession,
     clock: ManualClock,

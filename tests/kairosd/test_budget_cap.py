@@ -10,8 +10,9 @@ import aiohttp
 import pytest
 
 from controllers.types import AgentView
-from kairosd.testing import FakeRouter, FakeVllm
-from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
+from kairos_common.testing import ManualClock
+from kairosd.testing import FakeRouter, ScriptedVllm
+from tests.kairosd.conftest import CLOCKS, ListSink, make_daemon
 
 EPOCH_S = 5.0  # make_daemon's epoch; decisions are valid for 3 epochs
 
@@ -37,7 +38,7 @@ def busy(context_tokens: int = 80_000, tput: float = 100.0) -> AgentView:
 
 
 async def test_cap_lowers_the_clock_to_a_level_and_is_recorded(
-    vllm: FakeVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, capping, session, clock)
     capping.ongoing = [busy()]
@@ -66,7 +67,7 @@ async def test_cap_lowers_the_clock_to_a_level_and_is_recorded(
 
 
 async def test_cap_wins_over_the_slo_boost_and_conflict_is_exported(
-    vllm: FakeVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, capping, session, clock)
     capping.ongoing = [busy(10_000, tput=12.0)]  # below the SLO, liftable: boost to max
@@ -79,7 +80,7 @@ async def test_cap_wins_over_the_slo_boost_and_conflict_is_exported(
 
 
 async def test_clock_below_the_cap_is_left_alone(
-    vllm: FakeVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, capping, session, clock)
     capping.ongoing = [busy(20_000)]
@@ -89,7 +90,7 @@ async def test_clock_below_the_cap_is_left_alone(
 
 
 async def test_cap_lapses_with_the_router_then_failsafe_runs_uncapped(
-    vllm: FakeVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, capping, session, clock)
     capping.ongoing = [busy()]
@@ -110,7 +111,7 @@ async def test_cap_lapses_with_the_router_then_failsafe_runs_uncapped(
 
 
 async def test_router_lifting_the_cap_restores_the_clock(
-    vllm: FakeVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, capping, session, clock)
     capping.ongoing = [busy()]
@@ -123,7 +124,7 @@ async def test_router_lifting_the_cap_restores_the_clock(
 
 
 async def test_shutdown_resets_clocks_while_capped(
-    vllm: FakeVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, capping, session, clock)
     capping.ongoing = [busy()]
@@ -136,7 +137,7 @@ async def test_shutdown_resets_clocks_while_capped(
 
 
 async def test_observe_mode_reports_power_but_offers_no_levels(
-    vllm: FakeVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     vllm.deny_control = True  # unprivileged: the sim backend degrades to observe mode
     daemon = await make_daemon(vllm, capping, session, clock)

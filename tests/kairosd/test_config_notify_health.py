@@ -13,6 +13,7 @@ from controllers.frequency import FrequencyLevels
 from controllers.predictive import PredictiveController
 from controllers.registry import make_controller
 from kairos_common.errors import ConfigError
+from kairos_common.testing import ManualClock
 from kairos_common.vllm_metrics import VllmMetrics
 from kairosd.config import KairosdConfig, load_daemon_config
 from kairosd.gpu.sim_backend import SimBackend
@@ -21,8 +22,8 @@ from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.sdnotify import Notifier
 from kairosd.startup import build_controller
-from kairosd.testing import FakeVllm
-from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
+from kairosd.testing import ScriptedVllm
+from tests.kairosd.conftest import CLOCKS, ListSink, make_daemon
 
 
 def test_config_layers_toml_env_flags(tmp_path: Path) -> None:
@@ -57,7 +58,7 @@ def test_bad_config_is_rejected(overrides: dict[str, object]) -> None:
 
 
 async def test_predictive_knobs_reach_the_controller(
-    tmp_path: Path, vllm: FakeVllm, session: aiohttp.ClientSession
+    tmp_path: Path, vllm: ScriptedVllm, session: aiohttp.ClientSession
 ) -> None:
     path = tmp_path / "gpu0.toml"
     path.write_text(
@@ -94,7 +95,7 @@ def test_sd_notify_datagrams() -> None:
 
 
 async def test_health_and_metrics_endpoints(
-    vllm: FakeVllm, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, None, session, clock)
     vllm.vllm.kv_usage_frac = 0.3

@@ -10,8 +10,9 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 
-from kairosd.testing import FakeRouter, FakeVllm
-from tests.kairosd.conftest import ListSink, ManualClock, make_daemon
+from kairos_common.testing import ManualClock
+from kairosd.testing import FakeRouter, ScriptedVllm
+from tests.kairosd.conftest import ListSink, make_daemon
 
 
 @pytest.fixture
@@ -24,7 +25,7 @@ async def router(clock: ManualClock) -> AsyncIterator[FakeRouter]:
 
 @pytest.mark.parametrize("observe", [False, True])
 async def test_decisions_carry_the_sum_of_closed_epochs_energy(
-    vllm: FakeVllm,
+    vllm: ScriptedVllm,
     router: FakeRouter,
     session: aiohttp.ClientSession,
     clock: ManualClock,

@@ -13,6 +13,7 @@ from zeus.utils.zeusd import ZeusdAuthError, ZeusdConnectionError
 
 from controllers.frequency import FrequencyLevels
 from controllers.registry import make_controller
+from kairos_common.testing import ManualClock
 from kairosd.config import KairosdConfig
 from kairosd.errors import (
     GpuError,
@@ -25,10 +26,9 @@ from kairosd.gpu.zeus_backend import ZeusBackend, translate_zeus_error
 from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.startup import prepare_backend
-from kairosd.testing import FakeRouter, FakeVllm, FakeZeusGpus
+from kairosd.testing import FakeRouter, FakeZeusGpus, ScriptedVllm
 from kairosd.vllm_client import VllmClient
-from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
-from tests.kairosd.test_loop_control import agent
+from tests.kairosd.conftest import CLOCKS, ListSink, agent, make_daemon
 
 
 async def epochs(daemon: Daemon, clock: ManualClock, n: int) -> None:
@@ -38,7 +38,7 @@ async def epochs(daemon: Daemon, clock: ManualClock, n: int) -> None:
 
 
 async def test_router_down_holds_then_fails_safe_then_recovers(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock, stale_epochs=2)
     router.ongoing = [agent("a", 20_000)]
@@ -60,7 +60,7 @@ async def test_router_down_holds_then_fails_safe_then_recovers(
 
 
 async def test_router_unreachable_from_start_runs_at_max_clock(
-    vllm: FakeVllm, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     dead = FakeRouter(instance="gpu0", clock=clock)
     await dead.start()
@@ -72,7 +72,7 @@ async def test_router_unreachable_from_start_runs_at_max_clock(
 
 
 async def test_vllm_down_keeps_admitting_with_last_capacity_at_max_clock(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock, stale_epochs=1)
     router.ongoing = [agent("a", 10_000)]
@@ -92,7 +92,7 @@ async def test_vllm_down_keeps_admitting_with_last_capacity_at_max_clock(
 
 @pytest.mark.parametrize("mode", ["malformed", "disabled"])
 async def test_bad_metrics_in_standalone_mode_fail_safe(
-    vllm: FakeVllm, session: aiohttp.ClientSession, clock: ManualClock, mode: str
+    vllm: ScriptedVllm, session: aiohttp.ClientSession, clock: ManualClock, mode: str
 ) -> None:
     vllm.vllm.mode = mode
     daemon = await make_daemon(vllm, None, session, clock)
@@ -107,7 +107,7 @@ async def test_bad_metrics_in_standalone_mode_fail_safe(
 
 
 async def test_unreadable_gpu_merges_the_epoch_instead_of_losing_energy(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock)
     router.ongoing = [agent("a", 0)]
@@ -125,7 +125,7 @@ async def test_unreadable_gpu_merges_the_epoch_instead_of_losing_energy(
 
 
 async def test_sim_permission_denied_falls_back_to_observe(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     vllm.deny_control = True
     daemon = await make_daemon(vllm, router, session, clock)
@@ -202,7 +202,7 @@ def test_zeus_error_translation_table() -> None:
 
 
 async def test_runtime_permission_loss_switches_daemon_to_observe(
-    vllm: FakeVllm, fake_zeus: FakeZeusGpus, clock: ManualClock, session: aiohttp.ClientSession
+    vllm: ScriptedVllm, fake_zeus: FakeZeusGpus, clock: ManualClock, session: aiohttp.ClientSession
 ) -> None:
     cfg = KairosdConfig(instance="gpu0", vllm_url=vllm.url, gpu_backend="zeus", listen_port=None)
     backend = ZeusBackend(fake_zeus, (0,), timeout_s=1.0)
@@ -224,7 +224,7 @@ async def test_runtime_permission_loss_switches_daemon_to_observe(
 
 
 async def test_hung_nvml_call_times_out_and_never_blocks_the_loop(
-    vllm: FakeVllm, fake_zeus: FakeZeusGpus, clock: ManualClock, session: aiohttp.ClientSession
+    vllm: ScriptedVllm, fake_zeus: FakeZeusGpus, clock: ManualClock, session: aiohttp.ClientSession
 ) -> None:
     cfg = KairosdConfig(instance="gpu0", vllm_url=vllm.url, listen_port=None)
     backend = ZeusBackend(fake_zeus, (0,), timeout_s=0.2)
@@ -269,7 +269,7 @@ class RejectingController:
 
 
 async def test_controller_error_fails_safe_instead_of_crashing(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock)
     daemon.controller = RejectingController()  # type: ignore[assignment]

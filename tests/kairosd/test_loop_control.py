@@ -8,9 +8,9 @@ import math
 import aiohttp
 import pytest
 
-from controllers.types import AgentView
-from kairosd.testing import FakeRouter, FakeVllm
-from tests.kairosd.conftest import CLOCKS, ListSink, ManualClock, make_daemon
+from kairos_common.testing import ManualClock
+from kairosd.testing import FakeRouter, ScriptedVllm
+from tests.kairosd.conftest import CLOCKS, ListSink, agent, make_daemon
 
 CAP = 100_000
 ALPHA = 0.75
@@ -23,21 +23,8 @@ def expected_clock(usage: int) -> int:
     return CLOCKS[math.floor(usage / (ALPHA * CAP) * (len(CLOCKS) - 1))]
 
 
-def agent(aid: str, ctx: int | None, tput: float | None = 100.0, arrival: float = 0.0) -> AgentView:
-    if tput is None:
-        return AgentView(agent_id=aid, arrival_s=arrival, context_tokens=ctx)
-    return AgentView(
-        agent_id=aid,
-        arrival_s=arrival,
-        context_tokens=ctx,
-        decode_tokens=int(tput * 10),
-        llm_time_s=10.0,
-        completed_steps=3,
-    )
-
-
 async def test_clock_follows_context_law_epoch_by_epoch(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock)
     for usage in (0, 20_000, 40_000, 60_000, 80_000, 10_000):
@@ -49,7 +36,7 @@ async def test_clock_follows_context_law_epoch_by_epoch(
 
 
 async def test_clock_is_written_only_when_it_changes(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock)
     router.ongoing = [agent("a", 30_000)]
@@ -62,7 +49,7 @@ async def test_clock_is_written_only_when_it_changes(
 async def test_all_gpus_of_a_tp_instance_move_together(
     router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    fake = FakeVllm(num_gpus=2, clock=clock, supported_clocks_mhz=CLOCKS)
+    fake = ScriptedVllm(num_gpus=2, clock=clock, supported_clocks_mhz=CLOCKS)
     await fake.start()
     try:
         daemon = await make_daemon(fake, router, session, clock, gpus=(0, 1))
@@ -75,7 +62,7 @@ async def test_all_gpus_of_a_tp_instance_move_together(
 
 
 async def test_slo_miss_boosts_to_max_clock(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock)
     router.ongoing = [agent("fast", 10_000, tput=50.0)]
@@ -94,7 +81,7 @@ async def test_slo_miss_boosts_to_max_clock(
 
 
 async def test_admission_decisions_reach_the_router_in_order(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock)
     router.ongoing = [agent("old", 50_000)]
@@ -120,7 +107,7 @@ async def test_admission_decisions_reach_the_router_in_order(
 
 
 async def test_power_report_pairs_energy_with_the_clock_that_produced_it(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock, run="t1")
     sink = daemon.sink
@@ -146,7 +133,7 @@ async def test_power_report_pairs_energy_with_the_clock_that_produced_it(
 
 
 async def test_standalone_mode_uses_vllm_kv_usage(
-    vllm: FakeVllm, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, None, session, clock)
     vllm.vllm.kv_usage_frac = 0.5
@@ -162,7 +149,7 @@ async def test_standalone_mode_uses_vllm_kv_usage(
 
 @pytest.mark.parametrize(("policy", "clock_mhz"), [("no-control", 1600), ("fixed:1010", 1000)])
 async def test_baseline_policies(
-    vllm: FakeVllm,
+    vllm: ScriptedVllm,
     router: FakeRouter,
     session: aiohttp.ClientSession,
     clock: ManualClock,
@@ -177,7 +164,7 @@ async def test_baseline_policies(
 
 
 async def test_prometheus_metrics_reflect_the_epoch(
-    vllm: FakeVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     daemon = await make_daemon(vllm, router, session, clock)
     router.ongoing = [agent("a", 40_000)]

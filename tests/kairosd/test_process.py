@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from controllers.types import AgentView
-from kairosd.testing import FakeRouter, FakeVllm
+from kairosd.testing import FakeRouter, ScriptedVllm
 from reporting.records import EpochRecord, read_records
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-async def live_vllm() -> AsyncIterator[FakeVllm]:
-    fake = FakeVllm()
+async def live_vllm() -> AsyncIterator[ScriptedVllm]:
+    fake = ScriptedVllm()
     await fake.start()
     yield fake
     fake.release_hangs()
@@ -51,7 +51,7 @@ async def kairosd(*args: str, env: dict[str, str] | None = None) -> asyncio.subp
 
 
 async def test_sigterm_mid_epoch_resets_clocks_and_exits_cleanly(
-    live_vllm: FakeVllm, live_router: FakeRouter, tmp_path: Path
+    live_vllm: ScriptedVllm, live_router: FakeRouter, tmp_path: Path
 ) -> None:
     live_router.ongoing = [AgentView(agent_id="a", arrival_s=0.0, context_tokens=40_000)]
     report = tmp_path / "power.jsonl"
@@ -104,7 +104,7 @@ async def test_sigterm_mid_epoch_resets_clocks_and_exits_cleanly(
     assert any("STOPPING=1" in m for m in messages)
 
 
-async def test_require_control_without_permission_exits_3(live_vllm: FakeVllm) -> None:
+async def test_require_control_without_permission_exits_3(live_vllm: ScriptedVllm) -> None:
     live_vllm.deny_control = True
     proc = await kairosd(
         "run", "--instance", "gpu0", "--vllm-url", live_vllm.url, "--gpu-backend", "sim",
@@ -116,7 +116,7 @@ async def test_require_control_without_permission_exits_3(live_vllm: FakeVllm) -
     assert b"ZEUSD_SOCK_PATH" in err
 
 
-async def test_gpus_and_reset_commands(live_vllm: FakeVllm) -> None:
+async def test_gpus_and_reset_commands(live_vllm: ScriptedVllm) -> None:
     live_vllm.gpus[0].locked_mhz = 900  # as if a crashed daemon left it locked
     proc = await kairosd("gpus", "--gpu-backend", "sim", "--vllm-url", live_vllm.url, "--json")
     async with asyncio.timeout(15.0):
@@ -135,7 +135,7 @@ async def test_gpus_and_reset_commands(live_vllm: FakeVllm) -> None:
 async def test_reset_with_instance_config_touches_only_its_gpus(
     tmp_path: Path, live_router: FakeRouter
 ) -> None:
-    fake = FakeVllm(num_gpus=3)
+    fake = ScriptedVllm(num_gpus=3)
     await fake.start()
     try:
         for g in fake.gpus:

@@ -10,14 +10,14 @@ import pytest
 from typer.testing import CliRunner
 
 from kairos_cli.main import build_app
-from kairosd.testing import FakeRouter, FakeVllm
+from kairos_common.testing import ManualClock
+from kairosd.testing import FakeRouter, ScriptedVllm
 from reporting.records import JsonlWriter
-from tests.kairosd.conftest import ManualClock, make_daemon
-from tests.kairosd.test_loop_control import agent
+from tests.kairosd.conftest import agent, make_daemon
 
 
 async def test_daemon_report_is_read_by_kairos_report(
-    vllm: FakeVllm,
+    vllm: ScriptedVllm,
     router: FakeRouter,
     session: aiohttp.ClientSession,
     clock: ManualClock,

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from reporting.energy import energy_rows, with_energy
 from reporting.records import AgentRecord
-from tests.reporting.test_report import ag, cli, ep, write  # noqa: F401  (cli is a fixture)
+from tests.reporting.conftest import ag, ep, write
 
 
 def _agents() -> list[AgentRecord]:
@@ -36,7 +36,7 @@ def test_sub_agents_sum_into_parents_and_groups_count_each_joule_once() -> None:
     assert run.j_per_output_token == pytest.approx(150.0 / (300 + 200 + 400))
 
 
-def test_report_shows_the_energy_table_json_and_plot(tmp_path: Path, cli: typer.Typer) -> None:  # noqa: F811
+def test_report_shows_the_energy_table_json_and_plot(tmp_path: Path, cli: typer.Typer) -> None:
     epochs = write(tmp_path / "g0.jsonl", [ep(i, "g0", 300.0, 900) for i in range(4)])
     agents = write(tmp_path / "agents.jsonl", list(_agents()))
     table = CliRunner().invoke(cli, ["report", str(epochs), str(agents)])
@@ -52,7 +52,7 @@ def test_report_shows_the_energy_table_json_and_plot(tmp_path: Path, cli: typer.
     assert sorted(p.name for p in plots.glob("*.png")) == ["kairos-agent-energy.png", "kairos.png"]
 
 
-def test_records_without_energy_show_no_energy_table(tmp_path: Path, cli: typer.Typer) -> None:  # noqa: F811
+def test_records_without_energy_show_no_energy_table(tmp_path: Path, cli: typer.Typer) -> None:
     agents = write(tmp_path / "agents.jsonl", [ag("a", 30.0)])
     table = CliRunner().invoke(cli, ["report", str(agents)])
     assert table.exit_code == 0 and "energy per agent" not in table.stdout

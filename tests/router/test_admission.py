@@ -10,9 +10,10 @@ import aiohttp
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
+from kairos_common.testing import ManualClock
 from kairos_common.wire import AdmissionDecision, InstanceState
 from router.config import AdmissionSettings
-from router.testing import FakeBackend, ManualClock, RunningRouter
+from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
     CHAT,
     StartRouter,

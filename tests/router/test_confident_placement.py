@@ -14,12 +14,13 @@ from controllers.confident_placement import ConfidentReassignmentConfig
 from controllers.registry import PLACEMENT_NAMES
 from kairos_common.config import load_config
 from kairos_common.errors import ConfigError
+from kairos_common.testing import ManualClock
 from router.cli import app as router_cli
 from router.config import ENV_PREFIX, AdmissionSettings, PlacementSettings, RouterConfig
 from router.core import RouterCore
 from router.ledger import Agent, Ledger
 from router.placement_service import PlacementService
-from router.testing import FakeBackend, ManualClock
+from router.testing import FakeBackend
 from tests.router.conftest import StartRouter, instance_of, one_turn, start_agent
 
 CAPACITY = 10_000

@@ -10,10 +10,10 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from kairos_common.errors import WireFormatError
+from kairos_common.testing import ManualClock
 from kairos_common.wire import AdmissionDecision
 from reporting.records import AgentRecord, EnergyRecord
 from router.energy import EnergyService
-from router.testing import ManualClock
 
 
 def _decision(total_j: float | None, epoch: int, start: float = 1.7e9) -> AdmissionDecision:

@@ -11,11 +11,13 @@ from prometheus_client import CollectorRegistry
 from structlog.testing import capture_logs
 
 from kairos_common.errors import WireFormatError
+from kairos_common.testing import ManualClock
+from kairos_common.views import ModelReport
 from kairos_common.wire import AdmissionDecision, DecisionAck
 from router.config import FleetBudgetSettings
 from router.fleet_budget import FleetBudgetService
 from router.metrics import FleetMetrics
-from router.testing import FakeBackend, ManualClock, start_router
+from router.testing import FakeBackend, start_router
 from tests.router.conftest import control
 
 LEVELS = (800, 1000, 1200, 1400, 1600)
@@ -30,7 +32,7 @@ def decision(
     measured_w: float | None = 400.0,
     measured_mhz: int | None = 1600,
     levels: tuple[int, ...] = LEVELS,
-    extras: dict[str, float] | None = None,
+    margins: dict[int, float] | None = None,
     valid_for_s: float = 1.5,
 ) -> AdmissionDecision:
     return AdmissionDecision(
@@ -43,7 +45,7 @@ def decision(
         levels_mhz=levels,
         measured_power_w=measured_w,
         measured_clock_mhz=measured_mhz,
-        extras=extras or {},
+        report=None if margins is None else ModelReport(margins),
     )
 
 
@@ -67,26 +69,31 @@ def one_epoch(svc: FleetBudgetService, clock: ManualClock, epoch: int, **kw: Any
 
 
 def test_decision_round_trips_the_budget_fields() -> None:
-    d = decision("a", 3, extras={"margin_l2": 0.4})
+    d = decision("a", 3, margins={2: 0.4})
     d2 = AdmissionDecision.from_json(d.to_json())
     assert d2 == d
     assert d2.levels_mhz == LEVELS and d2.measured_power_w == 400.0
-    assert d2.extras == {"margin_l2": 0.4}
+    assert d2.report is not None and d2.report.slo_margin(2) == 0.4
 
 
 def test_old_daemon_json_parses_with_no_budget_fields() -> None:
     old = {"instance": "a", "daemon_id": "kd", "daemon_start_unix_s": 1.0, "epoch": 0}
     d = AdmissionDecision.from_json(old)
     assert d.levels_mhz == () and d.measured_power_w is None and d.measured_clock_mhz is None
-    assert d.min_throughput_tok_s is None and d.extras == {}
+    assert d.min_throughput_tok_s is None and d.report is None
 
 
 def test_bad_budget_fields_are_wire_errors() -> None:
     base = decision("a", 0).to_json()
     with pytest.raises(WireFormatError, match="levels_mhz"):
         AdmissionDecision.from_json({**base, "levels_mhz": [800, "fast"]})
-    with pytest.raises(WireFormatError, match="extras"):
-        AdmissionDecision.from_json({**base, "extras": {"x": "high"}})
+    with pytest.raises(WireFormatError, match="slo_margins"):
+        AdmissionDecision.from_json({**base, "report": {"slo_margins": [[2, "high"]]}})
+
+
+def test_a_daemon_still_sending_the_old_extras_map_is_understood_without_margins() -> None:
+    old = {**decision("a", 0).to_json(), "report": None, "extras": {"margin_l2": 0.4}}
+    assert AdmissionDecision.from_json(old).report is None
 
 
 def test_ack_round_trips_cap_and_old_router_ack_means_no_cap() -> None:
@@ -116,11 +123,11 @@ def test_fleet_over_cap_gets_capped_under_it() -> None:
 
 def test_most_slack_is_lowered_first() -> None:
     svc, clock = service(cap_w=760.0)
-    roomy = {f"margin_l{lv}": 1.0 for lv in range(1, 6)}
-    tight = {f"margin_l{lv}": 0.2 for lv in range(1, 6)}
+    roomy = {lv: 1.0 for lv in range(1, 6)}
+    tight = {lv: 0.2 for lv in range(1, 6)}
     for epoch in range(2):
-        svc.on_decision("a", decision("a", epoch, extras=tight), NAMES)
-        svc.on_decision("b", decision("b", epoch, extras=roomy), NAMES)
+        svc.on_decision("a", decision("a", epoch, margins=tight), NAMES)
+        svc.on_decision("b", decision("b", epoch, margins=roomy), NAMES)
         clock.advance(0.5)
     assert svc.cap_for("a") == (None, False)
     cap_b, conflict = svc.cap_for("b")
@@ -144,12 +151,12 @@ def test_one_round_per_epoch_not_per_post() -> None:
 
 def test_slo_unsafe_cap_is_a_reported_conflict_logged_once() -> None:
     svc, clock = service(cap_w=500.0)
-    tight = {f"margin_l{lv}": -0.5 for lv in range(1, 6)}
+    tight = {lv: -0.5 for lv in range(1, 6)}
     with capture_logs() as logs:
         for epoch in range(4):
-            one_epoch(svc, clock, epoch, extras=tight)
+            one_epoch(svc, clock, epoch, margins=tight)
         for epoch in range(4, 6):
-            one_epoch(svc, clock, epoch, measured_w=100.0, extras=tight)
+            one_epoch(svc, clock, epoch, measured_w=100.0, margins=tight)
     started = [e for e in logs if e["event"] == "fleet_budget_conflict_started"]
     ended = [e for e in logs if e["event"] == "fleet_budget_conflict_ended"]
     assert len(started) == 1 and len(ended) == 1

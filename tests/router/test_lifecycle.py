@@ -8,8 +8,9 @@ from pathlib import Path
 
 import openai
 
+from kairos_common.testing import ManualClock
 from reporting.records import AgentRecord, read_records
-from router.testing import FakeBackend, ManualClock
+from router.testing import FakeBackend
 from tests.router.conftest import (
     CHAT,
     StartRouter,

@@ -14,6 +14,7 @@ from simulator.gpu import SimulatedGpu
 from simulator.power import PowerModel
 from simulator.presets import Preset, get_preset
 from simulator.timing import TimingModel
+from simulator.workload import AgentProgram, Turn
 
 DATA = Path(__file__).parent / "data"
 
@@ -51,3 +52,24 @@ def drain(engine: Engine, limit_s: float = 1e6) -> list[EngineEvent]:
 @pytest.fixture
 def engine_factory() -> Callable[..., Engine]:
     return make_engine
+
+
+class ListWorkload:
+    name = "list"
+
+    def __init__(self, programs: list[AgentProgram]) -> None:
+        self.programs = programs
+
+    def program(self, index: int) -> AgentProgram:
+        return self.programs[index]
+
+
+def list_agent(i: int, turns: int = 3, think_s: float = 2.0, prompt: int = 1000) -> AgentProgram:
+    out: list[Turn] = []
+    ctx = prompt
+    shared = 0
+    for k in range(turns):
+        out.append(Turn(ctx, shared, 50, 0.0 if k == 0 else think_s))
+        shared = ctx + 50
+        ctx = shared + 200
+    return AgentProgram(f"a{i}", tuple(out))

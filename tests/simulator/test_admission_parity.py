@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from controllers.admission import HeldAgent, admits_now, place, rehome_held
 from controllers.placement import PlacementRequest
+from kairos_common.testing import ManualClock
 from router.config import AdmissionSettings, RouterConfig
 from router.core import RouterCore
 from router.ledger import Agent
-from router.testing import ManualClock
 from simulator.agents import SimAgent
 from simulator.cluster import Cluster, ClusterConfig
 from simulator.presets import get_preset

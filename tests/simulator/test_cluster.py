@@ -9,36 +9,14 @@ from controllers import KairosController, NoControl, ReassignmentConfig, Reassig
 from reporting.records import read_records
 from simulator.cluster import Cluster, ClusterConfig
 from simulator.runner import SimSpec, result_json, run_sim, write_jsonl
-from simulator.workload import AgentProgram, Turn
-from tests.simulator.conftest import small_preset
-
-
-class ListWorkload:
-    name = "list"
-
-    def __init__(self, programs: list[AgentProgram]) -> None:
-        self.programs = programs
-
-    def program(self, index: int) -> AgentProgram:
-        return self.programs[index]
-
-
-def _agent(i: int, turns: int = 3, think_s: float = 2.0, prompt: int = 1000) -> AgentProgram:
-    out: list[Turn] = []
-    ctx = prompt
-    shared = 0
-    for k in range(turns):
-        out.append(Turn(ctx, shared, 50, 0.0 if k == 0 else think_s))
-        shared = ctx + 50
-        ctx = shared + 200
-    return AgentProgram(f"a{i}", tuple(out))
+from tests.simulator.conftest import ListWorkload, list_agent, small_preset
 
 
 def test_uses_real_controller_objects_and_closed_loop_timing() -> None:
     cluster = Cluster(
         small_preset(kv_tokens=200_000),
         ClusterConfig(policy="kairos", duration_s=120.0),
-        ListWorkload([_agent(0, turns=4, think_s=3.0)]),
+        ListWorkload([list_agent(0, turns=4, think_s=3.0)]),
         [1.0],
     )
     assert isinstance(cluster.instances[0].controller, KairosController)
@@ -54,7 +32,7 @@ def test_uses_real_controller_objects_and_closed_loop_timing() -> None:
 
 def test_kairos_holds_agents_when_the_cache_is_full_and_admits_later() -> None:
     preset = small_preset(kv_tokens=20_000)
-    programs = [_agent(i, turns=6, think_s=5.0, prompt=6000) for i in range(6)]
+    programs = [list_agent(i, turns=6, think_s=5.0, prompt=6000) for i in range(6)]
     arrivals = [0.5 * i for i in range(6)]
     kairos = Cluster(
         preset, ClusterConfig(policy="kairos", duration_s=900.0), ListWorkload(programs), arrivals

@@ -11,8 +11,7 @@ from controllers.energy_attribution import EnergyAccountant
 from simulator.cluster import Cluster, ClusterConfig
 from simulator.energy_truth import EnergyTruth
 from simulator.engine_types import EngineRequest
-from tests.simulator.conftest import drain, make_engine, small_preset
-from tests.simulator.test_cluster import ListWorkload, _agent
+from tests.simulator.conftest import ListWorkload, drain, list_agent, make_engine, small_preset
 
 
 @pytest.mark.parametrize("fast_forward", [True, False])
@@ -45,7 +44,7 @@ def test_fast_forward_keeps_the_truth() -> None:
 
 
 def test_cluster_records_carry_attributed_energy_that_sums_to_measured() -> None:
-    programs = [_agent(i, turns=4, think_s=3.0, prompt=2000 + 3000 * i) for i in range(4)]
+    programs = [list_agent(i, turns=4, think_s=3.0, prompt=2000 + 3000 * i) for i in range(4)]
     cluster = Cluster(
         small_preset(kv_tokens=200_000),
         ClusterConfig(policy="kairos", duration_s=600.0),

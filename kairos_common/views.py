@@ -1,0 +1,113 @@
+"""What the router observes about agents and finished requests.
+
+These are the values that cross the wire (:mod:`kairos_common.wire`) and feed
+the controllers' snapshots (:mod:`controllers.types`). They live here, in a
+module that imports only the standard library, so that ``import
+kairos_common.wire`` stays cheap: id-tracker must not load numpy (whose BLAS
+pool starts threads) before it has blocked its signals.
+
+Units are in the names: ``_tokens`` for KV/context sizes, ``_s`` for seconds,
+``_mhz`` for clocks, ``_tok_s`` for per-agent throughput (tokens per second).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+def agent_throughput_tok_s(
+    decode_tokens: int, llm_time_s: float, completed_steps: int
+) -> float | None:
+    """Eq. 3/10: Σ decode tokens / Σ request latency, or None without history.
+
+    The one definition the controllers, the router's ledger and the simulator share.
+    """
+    if completed_steps <= 0 or llm_time_s <= 0.0:
+        return None
+    return decode_tokens / llm_time_s
+
+
+@dataclass(frozen=True, slots=True)
+class AgentView:
+    """What a controller may know about one agent at an epoch.
+
+    ``context_tokens`` is ``C_a``: prompt + completion tokens of the agent's latest
+    completed request, or ``None`` when it has not completed one yet (the
+    controller then sizes it with ``KairosConfig.new_agent_context_tokens`` unless
+    ``estimated_context_tokens`` is given, e.g. from the held request's prompt).
+
+    ``decode_tokens`` and ``llm_time_s`` are the sums of Eq. 3/10 over completed
+    requests: generated tokens and request latency (arrival at the router to last
+    byte, including time held pending; tool time excluded).
+
+    ``in_flight`` and ``last_active_s`` tell whether the agent is working or
+    sitting in a tool call / think gap; an activity-aware clock counts only the
+    contexts of working agents (docs/control-law.md, point 6).
+    """
+
+    agent_id: str
+    arrival_s: float
+    context_tokens: int | None = None
+    estimated_context_tokens: int | None = None
+    decode_tokens: int = 0
+    llm_time_s: float = 0.0
+    completed_steps: int = 0
+    waiting_since_s: float | None = None
+    in_flight: bool = False
+    """A request of this agent is being served (or held) right now."""
+    last_active_s: float | None = None
+    """When its latest request ended (None: unknown, counted as active)."""
+
+    @property
+    def throughput_tok_s(self) -> float | None:
+        """Eq. 10: Σ decode tokens / Σ request latency, or None without history."""
+        return agent_throughput_tok_s(self.decode_tokens, self.llm_time_s, self.completed_steps)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestObservation:
+    """One finished request as the router/vLLM saw it (input to the online model).
+
+    ``t_s`` is when it finished (the caller's clock, used to de-duplicate);
+    ``ttft_s`` is arrival at the engine to first token; ``decode_s_per_token``
+    the mean inter-token time after it; ``running`` the number of requests the
+    engine was running and ``active_context_tokens`` the instance's aggregate
+    context when it finished; ``clock_mhz`` the SM clock it ran at.
+    """
+
+    t_s: float
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    ttft_s: float
+    decode_s_per_token: float
+    running: int
+    active_context_tokens: int
+    clock_mhz: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReport:
+    """What a learning controller (the predictive one) says about its decision.
+
+    Typed in place of a ``dict[str, float]`` side channel: the fleet budget reads
+    the per-level SLO margins and the efficient floor, the daemon exports the
+    rest as metrics, and the wire carries it between them.
+
+    ``slo_margin_by_level`` maps a 1-based level to the predicted SLO margin of
+    the slowest agents at that level (≥ 0: meets ``τ·(1 + margin)``);
+    ``slo_slack`` is the margin at the decided level; ``efficient_floor_level``
+    the lowest level at which a lower clock still saves energy (None: not known
+    yet); ``model_error`` the online model's recent relative error (None: not
+    enough data); ``model_observations`` how many requests it has learned from.
+    """
+
+    slo_margin_by_level: dict[int, float] = field(default_factory=dict)
+    slo_slack: float | None = None
+    efficient_floor_level: int | None = None
+    model_error: float | None = None
+    model_observations: int = 0
+
+    def slo_margin(self, level: int) -> float | None:
+        """The predicted SLO margin at ``level``, or None when not predicted."""
+        return self.slo_margin_by_level.get(level)
