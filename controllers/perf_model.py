@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import nnls as scipy_nnls
 
 from controllers.errors import InvalidSnapshotError
 from controllers.types import RequestObservation
@@ -46,7 +45,11 @@ def nnls(a: FloatArray, b: FloatArray) -> FloatArray:
     A thin wrapper so the callers keep one name and one error for bad shapes;
     the solver is scipy's, which is maintained and tested far beyond what a
     hand-written active-set loop here was (it once returned zeros on a 0/0).
+    scipy is imported here, on first use: importing it costs about a second, and
+    every ``kairos`` command (and KAIROS-only simulations) would pay it for nothing.
     """
+    from scipy.optimize import nnls as scipy_nnls
+
     a = np.asarray(a, dtype=np.float64)
     b = np.asarray(b, dtype=np.float64)
     if a.ndim != 2 or b.ndim != 1 or a.shape[0] != b.shape[0]:

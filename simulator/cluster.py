@@ -119,6 +119,7 @@ class _Instance:
         "ongoing",
         "pending",
         "pre_mark",
+        "usage",
     )
 
     def __init__(self, index: int, engine: Engine, gpu: SimulatedGpu, ctrl: Controller) -> None:
@@ -135,9 +136,28 @@ class _Instance:
         self.energy_mark_j = 0.0
         self.gen_mark = 0
         self.pre_mark = 0
+        self.usage = 0
+        """Σ ``C_a`` of ``ongoing``, kept up to date by :meth:`join`, :meth:`leave` and
+        :meth:`completed` (summing it afresh at every request was a hot spot)."""
 
     def usage_tokens(self) -> int:
-        return sum(a.usage_tokens() for a in self.ongoing.values())
+        return self.usage
+
+    def join(self, agent: SimAgent) -> None:
+        self.ongoing[agent.agent_id] = agent
+        self.usage += agent.usage_tokens()
+
+    def leave(self, agent_id: str) -> None:
+        agent = self.ongoing.pop(agent_id, None)
+        if agent is not None:
+            self.usage -= agent.usage_tokens()
+
+    def completed(self, agent: SimAgent, t: float, prompt_tokens: int, output_tokens: int) -> None:
+        """``agent`` (ongoing here) finished a request: its ``C_a`` changes."""
+        before = agent.usage_tokens()
+        agent.complete(t, prompt_tokens, output_tokens)
+        if agent.agent_id in self.ongoing:
+            self.usage += agent.usage_tokens() - before
 
 
 class Cluster:
@@ -203,22 +223,24 @@ class Cluster:
             if t < end:
                 self._push(t, _ARRIVAL, (self.workload.program(i), None))
         self._push(0.0, _EPOCH, 0)
-        engines = [inst.engine for inst in self.instances]
+        engines = [(inst, inst.engine) for inst in self.instances]
+        heap = self._heap
+        inf = float("inf")
         while True:
-            t_heap = self._heap[0][0] if self._heap else float("inf")
-            t_eng: float = float("inf")
-            which = -1
-            for i, eng in enumerate(engines):
-                t_next = eng.next_event_time()
+            t_heap = heap[0][0] if heap else inf
+            t_eng = inf
+            which: tuple[_Instance, Engine] | None = None
+            for pair in engines:
+                t_next = pair[1].next_event_time()
                 if t_next is not None and t_next < t_eng:
-                    t_eng, which = t_next, i
-            if which >= 0 and t_eng <= t_heap and t_eng <= end:
-                self._deliver(self.instances[which], engines[which].advance_to(t_eng))
+                    t_eng, which = t_next, pair
+            if which is not None and t_eng <= t_heap and t_eng <= end:
+                self._deliver(which[0], which[1].advance_to(t_eng))
                 continue
             if t_heap > end:
                 self._fill_energy()
                 break
-            t, _, kind, payload = heapq.heappop(self._heap)
+            t, _, kind, payload = heapq.heappop(heap)
             if kind == _ENGINE:
                 self._on_engine_event(t, payload)
             elif kind == _RELEASE:
@@ -239,8 +261,8 @@ class Cluster:
 
     def _deliver(self, inst: _Instance, events: list[EngineEvent]) -> None:
         for ev in events:
-            if isinstance(ev, RequestFinished | RequestRejected):
-                self._push(ev.t_s, _ENGINE, (inst.index, ev))
+            if type(ev) is RequestFinished or type(ev) is RequestRejected:
+                heapq.heappush(self._heap, (ev.t_s, next(self._seq), _ENGINE, (inst.index, ev)))
 
     # -------------------------------------------------------------- arrivals
     def _loads(self) -> list[InstanceLoad]:
@@ -310,7 +332,7 @@ class Cluster:
     def _admit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
         agent.admitted = True
         agent.pending_s += t - agent.waiting_since_s
-        inst.ongoing[agent.agent_id] = agent
+        inst.join(agent)
         if agent.held:
             agent.held = False
             self._submit(inst, agent, t)
@@ -352,8 +374,8 @@ class Cluster:
             agent.steps_since_assignment = 0
         if decision.target is not None:
             target = self.instances[self.names.index(decision.target)]
-            del inst.ongoing[agent.agent_id]
-            target.ongoing[agent.agent_id] = agent
+            inst.leave(agent.agent_id)
+            target.join(agent)
             agent.instance = target.index
             agent.instances.append(target.index)
             self.reassignments += 1
@@ -367,19 +389,19 @@ class Cluster:
             return
         inst = self.instances[agent.instance]
         if isinstance(ev, RequestRejected):
-            inst.ongoing.pop(agent.agent_id, None)
+            inst.leave(agent.agent_id)
             self.agents_done.append(self._record(agent, t, "rejected"))
             self._rehome_held(t)
             return
         assert isinstance(ev, RequestFinished)
         inst.observations.append(self._observation(inst, ev))
-        agent.complete(t, ev.prompt_tokens, ev.output_tokens)
+        inst.completed(agent, t, ev.prompt_tokens, ev.output_tokens)
         self.energy.record(
             inst.name, agent.agent_id, ev.prompt_tokens, ev.cached_tokens, ev.output_tokens,
             start_s=ev.arrival_s, end_s=ev.t_s, first_token_s=ev.first_token_s,
         )  # fmt: skip
         if agent.done:
-            inst.ongoing.pop(agent.agent_id, None)
+            inst.leave(agent.agent_id)
             if self.confident is not None:
                 self.confident.forget(agent.agent_id)
             self.agents_done.append(self._record(agent, t, "end"))

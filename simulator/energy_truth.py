@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from simulator.engine_state import Seq
 from simulator.timing import StepCost, TimingModel, attention_pairs
 
 
@@ -76,3 +77,17 @@ class EnergyTruth:
         grow = steps * (steps - 1) / 2.0
         own = [(key, (steps * c + grow) * self._kv_s_per_token * sm) for key, c in seqs]
         self._add(energy_above_idle_j, own, cost)
+
+
+def step_rows(scheduled: Sequence[tuple[Seq, int]]) -> list[tuple[str, int, int, bool]]:
+    """``(key, tokens, computed before, is decode)`` of a mixed step's sequences, for
+    :meth:`EnergyTruth.step` (the engine builds them only when a truth is attached)."""
+    return [
+        (
+            seq.req.cache_key or seq.req.request_id,
+            n,
+            seq.computed,
+            n == 1 and seq.computed == seq.total - 1 and seq.generated > 0,
+        )
+        for seq, n in scheduled
+    ]

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 from collections import deque
 
-from simulator.energy_truth import EnergyTruth
+from simulator.energy_truth import EnergyTruth, step_rows
 from simulator.engine_state import Run as _Run
 from simulator.engine_state import Seq as _Seq
 from simulator.engine_state import Step as _Step
+from simulator.engine_state import steps_fitting
 from simulator.engine_types import (
     EngineCounters,
     EngineEvent,
@@ -83,6 +84,11 @@ class Engine:
         self._last_power_w = power.idle_w(gpu.clock_at(start_s))
         self._bs = params.block_size
         self._known_s = start_s
+        self._aborted_running = False
+        self._decoding: tuple[int, int] | None = None
+        """``(Σ computed, min tokens left)`` of ``running`` right after a decode run
+        committed (all of them still decoding), so the next run is planned without
+        another pass over the sequences; None once anything else touched them."""
         self.truth: EnergyTruth | None = None
         """Ground truth of per-agent energy (docs/energy.md); None: not computed."""
 
@@ -121,6 +127,8 @@ class Engine:
         for seq in self.running:
             if seq.req.request_id == request_id:
                 seq.aborted = True
+                self._aborted_running = True
+                self._decoding = None
                 if not isinstance(self._plan, _Step):
                     self._drop_aborted()
                 return True
@@ -225,84 +233,81 @@ class Engine:
         running = self.running
         if not self.fast_forward or not running or not self._waiting_blocked():
             return None
-        steps = _MAX_RUN_STEPS
-        context = 0
-        for seq in running:
-            if seq.total - seq.computed != 1 or seq.aborted:
-                return None
-            left = seq.req.output_tokens - seq.generated
-            if left < steps:
-                steps = left
-            context += seq.computed
+        if self._decoding is not None:
+            context, steps = self._decoding
+        else:
+            steps = _MAX_RUN_STEPS
+            context = 0
+            for seq in running:
+                computed = seq.computed
+                if seq.total - computed != 1 or seq.aborted:
+                    return None
+                left = seq.out - seq.generated
+                if left < steps:
+                    steps = left
+                context += computed
         if steps < 2:
             return None
-        clock = self.gpu.clock_at(self.now_s)
+        now = self.now_s
+        clock = self.gpu.clock_at(now)
         change = self.gpu.next_change_s()
-        if change is not None and change > self.now_s:
+        if change is not None and change > now:
             steps = min(
                 steps,
-                self.timing.decode_steps_before(clock, len(running), context, change - self.now_s),
+                self.timing.decode_steps_before(clock, len(running), context, change - now),
             )
-        steps = min(steps, self._steps_fitting(self.kv.available_blocks, steps))
+        steps = steps_fitting(running, self._bs, self.kv.available_blocks, steps)
         if steps < 2:
             return None
-        run = _Run(self.now_s, list(running), steps, clock, context)
         cost = self.timing.decode_run(clock, len(running), context, steps)
-        run.end_s = self.now_s + cost.time_s
-        return run
-
-    def _steps_fitting(self, available: int, upper: int) -> int:
-        """Largest k ≤ upper with Σ new blocks after k decode steps ≤ available."""
-        bs = self._bs
-        comps = [s.computed for s in self.running]
-        if len(comps) * (upper // bs + 1) <= available:
-            return upper  # even the worst case (a new block every bs steps) fits
-
-        def need(k: int) -> int:
-            return sum(-(-(c + k) // bs) - -(-c // bs) for c in comps)
-
-        if need(upper) <= available:
-            return upper
-        lo, hi = 0, upper
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if need(mid) <= available:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return _Run(now, list(running), steps, clock, context, cost)
 
     # ------------------------------------------------------- mixed step path
     def _plan_step(self) -> _Step:
         """Schedule one step V1-style; decisions apply now, effects at its end."""
+        self._decoding = None
         bs = self._bs
         kv = self.kv
         budget = self.params.max_num_batched_tokens
         scheduled: list[tuple[_Seq, int]] = []
         events: list[EngineEvent] = []
         preempted = False
+        running = self.running
+        # The step's shape (see _finish_plan), summed while scheduling: one pass.
+        decode_seqs = decode_ctx = prefill = pairs = 0
         i = 0
-        while i < len(self.running) and budget > 0:
-            seq = self.running[i]
-            n = min(seq.total - seq.computed, budget)
-            need = -(-(seq.computed + n) // bs) - seq.blocks
-            ok = True
-            while need > 0 and not kv.allocate(need):
-                victim = self.running.pop()
-                self._preempt(victim, events)
-                preempted = True
-                if victim is seq:
-                    ok = False
+        while i < len(running) and budget > 0:
+            seq = running[i]
+            computed = seq.computed
+            n = seq.total - computed
+            if n > budget:
+                n = budget
+            need = -(-(computed + n) // bs) - seq.blocks
+            if need > 0:
+                ok = True
+                while not kv.allocate(need):
+                    victim = running.pop()
+                    self._preempt(victim, events)
+                    preempted = True
+                    if victim is seq:
+                        ok = False
+                        break
+                if not ok:
                     break
-            if not ok:
-                break
-            seq.blocks += need
+                seq.blocks += need
+            if n == 1 and computed == seq.total - 1 and seq.generated > 0:
+                decode_seqs += 1
+                decode_ctx += computed
+            else:
+                prefill += n
+                pairs += attention_pairs(n, computed)
             scheduled.append((seq, n))
             budget -= n
             i += 1
+        shape = (decode_seqs, decode_ctx, prefill, pairs, len(scheduled))
         if not preempted:
             budget = self._admit_waiting(budget, scheduled)
-        return self._finish_plan(scheduled, events)
+        return self._finish_plan(scheduled, events, shape)
 
     def _admit_waiting(self, budget: int, scheduled: list[tuple[_Seq, int]]) -> int:
         bs = self._bs
@@ -349,19 +354,25 @@ class Engine:
         self.waiting.appendleft(seq)
         events.append(Preempted(seq.req.request_id, self.now_s))
 
-    def _finish_plan(self, scheduled: list[tuple[_Seq, int]], events: list[EngineEvent]) -> _Step:
-        decode_seqs = decode_ctx = prefill = pairs = 0
-        truth: list[tuple[str, int, int, bool]] | None = [] if self.truth is not None else None
-        for seq, n in scheduled:
-            decode = n == 1 and seq.computed == seq.total - 1 and seq.generated > 0
-            if decode:
+    def _finish_plan(
+        self,
+        scheduled: list[tuple[_Seq, int]],
+        events: list[EngineEvent],
+        shape: tuple[int, int, int, int, int],
+    ) -> _Step:
+        """Cost the step and apply it. ``shape`` is ``(decode seqs, their context,
+        prefill tokens, attention pairs)`` of ``scheduled[:k]`` and ``k``, summed
+        by :meth:`_plan_step`; the admitted rest is summed here."""
+        decode_seqs, decode_ctx, prefill, pairs, first = shape
+        for seq, n in scheduled[first:]:
+            computed = seq.computed
+            if n == 1 and computed == seq.total - 1 and seq.generated > 0:
                 decode_seqs += 1
-                decode_ctx += seq.computed
+                decode_ctx += computed
             else:
                 prefill += n
-                pairs += attention_pairs(n, seq.computed)
-            if truth is not None:
-                truth.append((seq.req.cache_key or seq.req.request_id, n, seq.computed, decode))
+                pairs += attention_pairs(n, computed)
+        truth = step_rows(scheduled) if self.truth is not None else None
         clock = self.gpu.clock_at(self.now_s)
         cost = self.timing.step(
             clock,
@@ -371,24 +382,47 @@ class Engine:
             attn_pairs=pairs,
         )
         end = self.now_s + cost.time_s
-        self.counters.prefill_computed_tokens += prefill
+        counters = self.counters
+        counters.prefill_computed_tokens += prefill
+        progress = self.emit_progress
+        done: list[_Seq] = []
+        tokens = 0
+        # Whether every running sequence decodes next (then the next run needs no
+        # pass over them: ``self._decoding``), with their context and shortest rest.
+        decoding = len(scheduled) == len(self.running) and not self._aborted_running
+        context = 0
+        least = _MAX_RUN_STEPS
         for seq, n in scheduled:
-            seq.computed += n
-            if seq.computed == seq.total:
-                seq.generated += 1
-                seq.total += 1
-                self.counters.generation_tokens += 1
+            computed = seq.computed = seq.computed + n
+            if computed == seq.total:
+                generated = seq.generated = seq.generated + 1
+                seq.total = computed + 1
+                tokens += 1
                 if seq.first_token_s < 0:
                     seq.first_token_s = end
                     events.append(FirstToken(seq.req.request_id, end))
-                if self.emit_progress:
-                    events.append(TokenProgress(seq.req.request_id, end, seq.generated))
+                if progress:
+                    events.append(TokenProgress(seq.req.request_id, end, generated))
+                left = seq.out - generated
+                if left <= 0:
+                    done.append(seq)
+                else:
+                    context += computed
+                    if left < least:
+                        least = left
+            else:
+                decoding = False
+        counters.generation_tokens += tokens
         above_idle_j = self._account(clock, cost, 1)
         if self.truth is not None and truth is not None:
             self.truth.step(clock, cost, above_idle_j, truth)
         step = _Step(self.now_s, end, events)
         self.now_s = end
-        self._retire(end, events)
+        if self._aborted_running:
+            self._retire(end, events)
+        elif done:
+            self._retire_seqs(done, end, events)
+        self._decoding = (context, least) if decoding else None
         return step
 
     # ---------------------------------------------------------------- commit
@@ -416,28 +450,44 @@ class Engine:
             return
         bs = self._bs
         n = len(run.seqs)
-        cost = self.timing.decode_run(run.clock_mhz, n, run.context0, k)
+        cost = (
+            run.cost
+            if k == run.steps
+            else self.timing.decode_run(run.clock_mhz, n, run.context0, k)
+        )
         above_idle_j = self._account(run.clock_mhz, cost, k)
         if self.truth is not None:
             keys = [(s.req.cache_key or s.req.request_id, s.computed) for s in run.seqs]
             self.truth.run(run.clock_mhz, cost, above_idle_j, keys, k)
-        self.now_s = run.start_s + cost.time_s
+        now = self.now_s = run.start_s + cost.time_s
         need = 0
+        done: list[_Seq] = []
+        context = 0
+        least = _MAX_RUN_STEPS
         for seq in run.seqs:
-            new_blocks = -(-(seq.computed + k) // bs) - seq.blocks
-            need += new_blocks
-            seq.blocks += new_blocks
-            seq.computed += k
-            seq.generated += k
+            computed = seq.computed + k
+            blocks = -(-computed // bs)
+            need += blocks - seq.blocks
+            seq.blocks = blocks
+            seq.computed = computed
             seq.total += k
+            generated = seq.generated = seq.generated + k
+            left = seq.out - generated
+            if left <= 0:
+                done.append(seq)
+            else:
+                context += computed
+                if left < least:
+                    least = left
         if not self.kv.allocate(need):
             raise EngineError("decode run outgrew the KV cache (planning bug)")
         self.counters.generation_tokens += n * k
         events: list[EngineEvent] = []
         if self.emit_progress:
-            now = self.now_s
             events.extend(TokenProgress(s.req.request_id, now, s.generated) for s in run.seqs)
-        self._retire(self.now_s, events)
+        if done:
+            self._retire_seqs(done, now, events)
+        self._decoding = (context, least)
         self._outbox.extend(events)
 
     def _account(self, clock_mhz: int, cost: StepCost, steps: int) -> float:
@@ -445,20 +495,28 @@ class Engine:
         (what :class:`~simulator.energy_truth.EnergyTruth` splits among its sequences)."""
         energy = self.power.energy_j(clock_mhz, cost)
         t = cost.time_s
-        self._last_power_w = energy / t if t > 0 else self._last_power_w
+        if t > 0:
+            self._last_power_w = energy / t
         self.gpu.add_energy(energy, self._last_power_w)
-        self.counters.steps += steps
-        self.counters.busy_s += t
+        counters = self.counters
+        counters.steps += steps
+        counters.busy_s += t
         return energy - self.power.idle_w(clock_mhz) * t
 
     def _retire(self, t_s: float, events: list[EngineEvent]) -> None:
         """Finished (or aborted) sequences leave; their context stays cached."""
-        done = [s for s in self.running if s.generated >= s.req.output_tokens or s.aborted]
-        if not done:
-            return
-        self.running = [
-            s for s in self.running if s.generated < s.req.output_tokens and not s.aborted
-        ]
+        self._aborted_running = False
+        self._decoding = None
+        done = [s for s in self.running if s.generated >= s.out or s.aborted]
+        if done:
+            self._retire_seqs(done, t_s, events)
+
+    def _retire_seqs(self, done: list[_Seq], t_s: float, events: list[EngineEvent]) -> None:
+        """``done`` (running, in running order) leave; their context stays cached."""
+        if len(done) == 1:
+            self.running.remove(done[0])
+        else:
+            self.running = [s for s in self.running if s.generated < s.out and not s.aborted]
         bs = self._bs
         for seq in done:
             self.kv.release(seq.req.cache_key, seq.blocks, seq.computed // bs)

@@ -38,12 +38,12 @@ from simulator.engine_types import (
 )
 from simulator.gpu import SimulatedGpu
 from simulator.power import PowerModel
+from simulator.presets import DEFAULT_MODEL as DEFAULT_MODEL
 from simulator.presets import Preset, get_preset
 from simulator.realtime import RealtimeEngine
 from simulator.timing import TimingModel
 
 log = structlog.get_logger(__name__)
-DEFAULT_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 

@@ -1,4 +1,9 @@
-"""``kairos fake-vllm``: run one fake vLLM server with a simulated GPU."""
+"""``kairos fake-vllm``: run one fake vLLM server with a simulated GPU.
+
+aiohttp and the server module are imported only when the command runs: every
+``kairos`` invocation registers this command, and importing them cost ``kairos
+sim`` about half a second of start-up (docs/simulator.md, "Speed").
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,10 @@ import asyncio
 import contextlib
 import signal
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 import typer
-from aiohttp import web
 
 from kairos_common.cli import (
     LogJsonOpt,
@@ -24,14 +29,20 @@ from kairos_common.cli import (
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 from simulator.errors import SimulatorError
-from simulator.fakevllm import DEFAULT_MODEL, FakeVllm, FakeVllmConfig, make_app
-from simulator.presets import DEFAULT_PRESET, PRESET_NAMES
+from simulator.presets import DEFAULT_MODEL, DEFAULT_PRESET, PRESET_NAMES
+
+if TYPE_CHECKING:
+    from simulator.fakevllm import FakeVllm
 
 PROG = "kairos fake-vllm"
 
 
 async def serve(fake: FakeVllm, host: str, port: int, port_file: Path | None) -> None:
     """Serve until SIGTERM/SIGINT; write the bound port to ``port_file``."""
+    from aiohttp import web
+
+    from simulator.fakevllm import make_app
+
     runner = web.AppRunner(make_app(fake), handle_signals=False)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
@@ -98,6 +109,8 @@ def register(app: typer.Typer) -> None:
         It also hosts a simulated GPU under /kairos-sim/gpus that
         `kairosd --gpu-backend sim` controls.
         """
+        from simulator.fakevllm import FakeVllm, FakeVllmConfig
+
         try:
             configure_logging(check_log_level(log_level) or "info", log_json)
             check_positive(speedup, "--speedup", " of simulated seconds per real second")

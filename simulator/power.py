@@ -23,11 +23,16 @@ from simulator.timing import StepCost
 class PowerModel:
     def __init__(self, params: PowerParams) -> None:
         self.params = params
+        self._dynamic_cache: dict[float, float] = {}  # per clock: few clocks, every step
 
     def dynamic_w(self, clock_mhz: float) -> float:
         """``a·f + b·f³`` with f in GHz: the compute term at full activity."""
-        f = clock_mhz / 1000.0
-        return self.params.dyn_a_w_per_ghz * f + self.params.dyn_b_w_per_ghz3 * f**3
+        got = self._dynamic_cache.get(clock_mhz)
+        if got is None:
+            f = clock_mhz / 1000.0
+            got = self.params.dyn_a_w_per_ghz * f + self.params.dyn_b_w_per_ghz3 * f**3
+            self._dynamic_cache[clock_mhz] = got
+        return got
 
     def idle_w(self, clock_mhz: float) -> float:
         """Draw with nothing queued (deep idle; optional locked-clock term)."""

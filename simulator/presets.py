@@ -140,6 +140,8 @@ def _presets() -> dict[str, Preset]:
 
 PRESET_NAMES: tuple[str, ...] = tuple(_presets())
 DEFAULT_PRESET = "h100-nvl-qwen3-30b"
+DEFAULT_MODEL = "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8"
+"""Served model name of the fake vLLM server (the default preset's model)."""
 
 
 def get_preset(name: str = DEFAULT_PRESET) -> Preset:

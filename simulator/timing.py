@@ -23,14 +23,16 @@ decode context, so a run of pure-decode steps has a closed form
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from simulator.presets import TimingParams
 
 
-@dataclass(frozen=True, slots=True)
-class StepCost:
-    """Time components of one step, or sums over a run of steps (seconds)."""
+class StepCost(NamedTuple):
+    """Time components of one step, or sums over a run of steps (seconds).
+
+    A named tuple rather than a frozen dataclass: one is built per step and per
+    decode run, and a frozen dataclass's ``__init__`` was a tenth of the run time."""
 
     cpu_s: float
     fixed_s: float
@@ -57,6 +59,21 @@ class TimingModel:
         self._kv_s_per_token = p.kv_bytes_per_token / (p.mem_bw_bytes_s * p.kv_bw_efficiency)
         self._miss = 1.0 - p.experts_per_token / p.num_experts
         self._expert_cache: dict[int, float] = {}
+        self._weight_cache: dict[int, float] = {}
+        # Per-clock factors ``(s_m, s_c, cpu + fixed·s_c)``: a handful of clocks are
+        # ever used, and the hot loop asks for them at every step and run.
+        self._clock_cache: dict[float, tuple[float, float, float]] = {}
+
+    def _factors(self, clock_mhz: float) -> tuple[float, float, float]:
+        """``(mem_slowdown, compute_slowdown, cpu + fixed·s_c)`` at ``clock_mhz``, cached
+        (the same floats as computing them afresh, so results do not change)."""
+        got = self._clock_cache.get(clock_mhz)
+        if got is None:
+            p = self.params
+            sc = self.compute_slowdown(clock_mhz)
+            got = (self.mem_slowdown(clock_mhz), sc, p.cpu_overhead_s + p.gpu_fixed_s * sc)
+            self._clock_cache[clock_mhz] = got
+        return got
 
     def distinct_experts(self, tokens: int) -> float:
         """``E(T) = N·(1 − (1 − k/N)^T)``: expected experts read per layer."""
@@ -83,11 +100,18 @@ class TimingModel:
         return p.ref_clock_mhz / min(max(clock_mhz, 1.0), p.compute_cap_mhz)
 
     def weight_s(self, tokens: int) -> float:
-        p = self.params
-        if tokens <= 0:
-            return 0.0
-        volume = p.base_weight_bytes + self.distinct_experts(tokens) * p.expert_weight_bytes
-        return volume * self._weight_s_per_byte
+        """Weight-streaming time of a step with ``tokens`` tokens at the reference
+        clock (cached per token count, like :meth:`distinct_experts`)."""
+        got = self._weight_cache.get(tokens)
+        if got is None:
+            p = self.params
+            if tokens <= 0:
+                return 0.0
+            volume = p.base_weight_bytes + self.distinct_experts(tokens) * p.expert_weight_bytes
+            got = volume * self._weight_s_per_byte
+            if len(self._weight_cache) < 20_000:
+                self._weight_cache[tokens] = got
+        return got
 
     def step(
         self,
@@ -101,8 +125,7 @@ class TimingModel:
         """Cost of one step: ``decode_seqs`` sequences reading ``decode_context_tokens``
         of KV in total, plus prefill chunks of ``prefill_tokens`` with ``attn_pairs``."""
         p = self.params
-        sm = self.mem_slowdown(clock_mhz)
-        sc = self.compute_slowdown(clock_mhz)
+        sm, sc, _ = self._factors(clock_mhz)
         weights = self.weight_s(decode_seqs + prefill_tokens) * sm
         gemm = prefill_tokens * p.prefill_s_per_token * sc
         mem = decode_context_tokens * self._kv_s_per_token * sm
@@ -121,9 +144,7 @@ class TimingModel:
         """For a pure-decode run: ``(const_s, mem0_s, dmem_s)`` such that step ``k``
         (0-based) takes ``const_s + mem0_s + k·dmem_s`` seconds, all in ``mem_s``
         except ``const_s`` (cpu + fixed)."""
-        p = self.params
-        sm = self.mem_slowdown(clock_mhz)
-        const = p.cpu_overhead_s + p.gpu_fixed_s * self.compute_slowdown(clock_mhz)
+        sm, _, const = self._factors(clock_mhz)
         mem0 = (self.weight_s(seqs) + context_tokens * self._kv_s_per_token) * sm
         dmem = seqs * self._kv_s_per_token * sm
         return const, mem0, dmem
@@ -131,8 +152,10 @@ class TimingModel:
     def decode_run(self, clock_mhz: float, seqs: int, context_tokens: int, steps: int) -> StepCost:
         """Summed cost of ``steps`` decode steps; each adds one token per sequence."""
         p = self.params
-        sc = self.compute_slowdown(clock_mhz)
-        _, mem0, dmem = self.decode_coeffs(clock_mhz, seqs, context_tokens)
+        sm, sc, _ = self._factors(clock_mhz)
+        kv = self._kv_s_per_token
+        mem0 = (self.weight_s(seqs) + context_tokens * kv) * sm  # as in decode_coeffs
+        dmem = seqs * kv * sm
         mem = steps * mem0 + dmem * steps * (steps - 1) / 2.0
         return StepCost(steps * p.cpu_overhead_s, steps * p.gpu_fixed_s * sc, mem, 0.0)
 

@@ -107,16 +107,19 @@ class PaperWorkload:
         )
         turns: list[Turn] = []
         prompt, shared = prompt0, 0
+        # Plain Python numbers (same values): indexing numpy arrays per turn was slow.
+        out_l, obs_l, tool_l = outs.tolist(), obs.tolist(), tools.tolist()
+        limit = p.max_context_tokens
         for i in range(n):
-            out = int(outs[i])
-            if prompt + out > p.max_context_tokens:
+            out = int(out_l[i])
+            if prompt + out > limit:
                 break
-            think = 0.0 if i == 0 else float(tools[i])
+            think = 0.0 if i == 0 else tool_l[i]
             turns.append(Turn(prompt, shared, out, think))
             shared = prompt + out
-            prompt = shared + int(obs[i])
+            prompt = shared + int(obs_l[i])
         if not turns:
-            turns.append(Turn(prompt0, 0, int(outs[0]), 0.0))
+            turns.append(Turn(prompt0, 0, int(out_l[0]), 0.0))
         return AgentProgram(agent_id=f"paper-{self.seed}-{index}", turns=tuple(turns))
 
 

@@ -68,7 +68,7 @@ async def _check(ongoing: list[list[int]], held: list[tuple[int, int]], newcomer
             ledger.add(Agent(aid, 0.0, 0.0, instance=f"sim{i}", admitted=True, context_tokens=size))
             sim = SimAgent(_program(aid, size), 0.0, i)
             sim.context_tokens, sim.admitted = size, True
-            cluster.instances[i].ongoing[aid] = sim
+            cluster.instances[i].join(sim)
     views = []
     for k, (i, size) in enumerate(held):
         aid = f"held-{k}"

@@ -7,6 +7,7 @@ import itertools
 import random
 
 from simulator.engine import Engine
+from simulator.engine_state import Run
 from simulator.engine_types import (
     EngineRequest,
     FirstToken,
@@ -176,3 +177,56 @@ def test_reproducible() -> None:
         return [(ev.request_id, ev.t_s) for ev in drain(e) if isinstance(ev, RequestFinished)]
 
     assert once() == once()
+
+
+def _mixed_load(fast_forward: bool, cut_s: float | None) -> tuple[list[tuple[str, float]], float]:
+    """Random arrivals on a small cache (preemptions, prefix reuse, aborts), driven
+    either event to event or by ``advance_to`` every ``cut_s`` seconds; returns the
+    finishes and the energy counter at the end."""
+    rng = random.Random(11)
+    e = make_engine(small_preset(kv_tokens=4096), fast_forward=fast_forward)
+    e.set_clock(900, 0.0)
+    t, events = 0.0, []
+    for i in range(40):
+        t += rng.expovariate(8.0)
+        if cut_s is None:
+            events.extend(e.advance_to(t))
+        else:
+            while e.now_s < t and e.next_event_time() is not None:
+                events.extend(e.advance_to(min(e.now_s + cut_s, t)))
+            events.extend(e.advance_to(t))
+        prompt = rng.randint(50, 1200)
+        e.submit(EngineRequest(f"r{i}", prompt, rng.randint(2, 400), t, f"a{i % 5}", prompt // 2))
+        if i % 9 == 8:
+            e.abort(f"r{i - 3}", t)
+    events.extend(drain(e))
+    assert e.counters.preemptions > 0  # the pressure was real
+    finished = sorted((ev.request_id, ev.t_s) for ev in events if isinstance(ev, RequestFinished))
+    return finished, e.energy_j_at(e.now_s)
+
+
+def test_fast_forward_gives_the_stepwise_events_and_energy_under_pressure_and_aborts() -> None:
+    stepwise, e_step = _mixed_load(False, None)
+    assert len(stepwise) > 20
+    for fast, e_fast in (_mixed_load(True, None), _mixed_load(True, 0.0137)):
+        assert [r for r, _ in fast] == [r for r, _ in stepwise]
+        for (_, a), (_, b) in zip(fast, stepwise, strict=True):
+            assert abs(a - b) < 1e-6
+        assert abs(e_fast - e_step) <= 1e-6 * e_step  # 900 MHz: below the TDP cap
+
+
+def test_runs_planned_from_a_committed_run_match_a_fresh_scan() -> None:
+    """The next run after a committed one reuses its context sum and shortest
+    remainder; it must be the run a full pass over the sequences would plan."""
+    e = make_engine(small_preset(kv_tokens=65536))
+    for i in range(6):
+        e.submit(EngineRequest(f"r{i}", 300 + 50 * i, 40 + 30 * i, 0.0, cache_key=f"a{i}"))
+    plans = 0
+    while e.next_event_time() is not None:
+        plan = e._plan
+        if isinstance(plan, Run):
+            assert plan.context0 == sum(s.computed for s in e.running)
+            assert plan.steps <= min(s.out - s.generated for s in e.running)
+            plans += 1
+        e.advance_to(e.next_event_time() or 0.0)
+    assert plans >= 5
