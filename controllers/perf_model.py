@@ -45,8 +45,10 @@ def nnls(a: FloatArray, b: FloatArray) -> FloatArray:
     A thin wrapper so the callers keep one name and one error for bad shapes;
     the solver is scipy's, which is maintained and tested far beyond what a
     hand-written active-set loop here was (it once returned zeros on a 0/0).
-    scipy is imported here, on first use: importing it costs about a second, and
-    every ``kairos`` command (and KAIROS-only simulations) would pay it for nothing.
+    scipy is imported when a model is built (:class:`OnlinePerfModel`), not at
+    module import: importing it costs about a second, and every ``kairos`` command
+    (and KAIROS-only simulations) would pay it for nothing. Not on the first fit
+    either: that second then fell inside the predictive daemon's first epoch.
     """
     from scipy.optimize import nnls as scipy_nnls
 
@@ -132,6 +134,8 @@ class OnlinePerfModel:
     """Decode-time-per-token and TTFT models of one instance, refitted online."""
 
     def __init__(self, knots_mhz: Iterable[int], config: PerfModelConfig | None = None) -> None:
+        import scipy.optimize  # noqa: F401  # load the solver now, not in a control epoch
+
         self.config = config or PerfModelConfig()
         self.knots_mhz = tuple(sorted(set(int(k) for k in knots_mhz)))
         self.decode = _Fit(self.config)
