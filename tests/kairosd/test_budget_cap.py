@@ -4,8 +4,6 @@ on a manual clock."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import aiohttp
 import pytest
 
@@ -15,14 +13,6 @@ from kairosd.testing import FakeRouter, ScriptedVllm
 from tests.kairosd.conftest import CLOCKS, ListSink, make_daemon
 
 EPOCH_S = 5.0  # make_daemon's epoch; decisions are valid for 3 epochs
-
-
-@pytest.fixture
-async def capping(clock: ManualClock) -> AsyncIterator[FakeRouter]:
-    fake = FakeRouter(instance="gpu0", clock=clock)
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 def busy(context_tokens: int = 80_000, tput: float = 100.0) -> AgentView:
@@ -38,14 +28,14 @@ def busy(context_tokens: int = 80_000, tput: float = 100.0) -> AgentView:
 
 
 async def test_cap_lowers_the_clock_to_a_level_and_is_recorded(
-    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    daemon = await make_daemon(vllm, capping, session, clock)
-    capping.ongoing = [busy()]
-    capping.clock_cap_mhz = 1300  # between levels: snapped down to 1200
+    daemon = await make_daemon(vllm, router, session, clock)
+    router.ongoing = [busy()]
+    router.clock_cap_mhz = 1300  # between levels: snapped down to 1200
     decision = await daemon.run_epoch()
-    assert capping.decisions[-1].clock_mhz == CLOCKS[-1]  # the router sees the wish
-    assert capping.decisions[-1].levels_mhz == CLOCKS
+    assert router.decisions[-1].clock_mhz == CLOCKS[-1]  # the router sees the wish
+    assert router.decisions[-1].levels_mhz == CLOCKS
     assert decision.clock_mhz == 1200 and vllm.gpus[0].locked_mhz == 1200
     assert decision.reason.startswith("budget-cap(")
     clock.advance(EPOCH_S)
@@ -55,7 +45,7 @@ async def test_cap_lowers_the_clock_to_a_level_and_is_recorded(
     first = sink.records[0]
     assert first.target_clock_mhz == 1200 and first.reason.startswith("budget-cap:")
     # The second post reports what epoch 0 drew, at the capped clock.
-    sent = capping.decisions[-1]
+    sent = router.decisions[-1]
     assert sent.measured_clock_mhz == 1200
     assert sent.measured_power_w == pytest.approx(100 + 0.3 * 1200)
     text = daemon.metrics.render().decode()
@@ -67,37 +57,37 @@ async def test_cap_lowers_the_clock_to_a_level_and_is_recorded(
 
 
 async def test_cap_wins_over_the_slo_boost_and_conflict_is_exported(
-    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    daemon = await make_daemon(vllm, capping, session, clock)
-    capping.ongoing = [busy(10_000, tput=12.0)]  # below the SLO, liftable: boost to max
-    capping.clock_cap_mhz, capping.budget_conflict = 1000, True
+    daemon = await make_daemon(vllm, router, session, clock)
+    router.ongoing = [busy(10_000, tput=12.0)]  # below the SLO, liftable: boost to max
+    router.clock_cap_mhz, router.budget_conflict = 1000, True
     decision = await daemon.run_epoch()
-    assert capping.decisions[-1].boost and capping.decisions[-1].clock_mhz == CLOCKS[-1]
+    assert router.decisions[-1].boost and router.decisions[-1].clock_mhz == CLOCKS[-1]
     assert decision.boost and decision.clock_mhz == 1000
     assert vllm.gpus[0].locked_mhz == 1000
     assert 'kairosd_budget_conflict{instance="gpu0"} 1.0' in daemon.metrics.render().decode()
 
 
 async def test_clock_below_the_cap_is_left_alone(
-    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    daemon = await make_daemon(vllm, capping, session, clock)
-    capping.ongoing = [busy(20_000)]
-    capping.clock_cap_mhz = 1400
+    daemon = await make_daemon(vllm, router, session, clock)
+    router.ongoing = [busy(20_000)]
+    router.clock_cap_mhz = 1400
     decision = await daemon.run_epoch()
     assert decision.clock_mhz == 1000 and "budget-cap" not in decision.reason
 
 
 async def test_cap_lapses_with_the_router_then_failsafe_runs_uncapped(
-    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    daemon = await make_daemon(vllm, capping, session, clock)
-    capping.ongoing = [busy()]
-    capping.clock_cap_mhz = 1000
+    daemon = await make_daemon(vllm, router, session, clock)
+    router.ongoing = [busy()]
+    router.clock_cap_mhz = 1000
     await daemon.run_epoch()
     assert vllm.gpus[0].locked_mhz == 1000
-    capping.down = True
+    router.down = True
     clock.advance(EPOCH_S)
     held = await daemon.run_epoch()  # one missed post: the cap is still valid
     assert held.clock_mhz == 1000 and daemon.cap.cap_mhz == 1000
@@ -111,24 +101,24 @@ async def test_cap_lapses_with_the_router_then_failsafe_runs_uncapped(
 
 
 async def test_router_lifting_the_cap_restores_the_clock(
-    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    daemon = await make_daemon(vllm, capping, session, clock)
-    capping.ongoing = [busy()]
-    capping.clock_cap_mhz = 800
+    daemon = await make_daemon(vllm, router, session, clock)
+    router.ongoing = [busy()]
+    router.clock_cap_mhz = 800
     await daemon.run_epoch()
-    capping.clock_cap_mhz = None
+    router.clock_cap_mhz = None
     clock.advance(EPOCH_S)
     decision = await daemon.run_epoch()
     assert decision.clock_mhz == CLOCKS[-1] and vllm.gpus[0].locked_mhz == CLOCKS[-1]
 
 
 async def test_shutdown_resets_clocks_while_capped(
-    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    daemon = await make_daemon(vllm, capping, session, clock)
-    capping.ongoing = [busy()]
-    capping.clock_cap_mhz = 1000
+    daemon = await make_daemon(vllm, router, session, clock)
+    router.ongoing = [busy()]
+    router.clock_cap_mhz = 1000
     await daemon.run_epoch()
     assert vllm.gpus[0].locked_mhz == 1000
     clock.advance(EPOCH_S)
@@ -137,13 +127,13 @@ async def test_shutdown_resets_clocks_while_capped(
 
 
 async def test_observe_mode_reports_power_but_offers_no_levels(
-    vllm: ScriptedVllm, capping: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     vllm.deny_control = True  # unprivileged: the sim backend degrades to observe mode
-    daemon = await make_daemon(vllm, capping, session, clock)
-    capping.ongoing = [busy()]
+    daemon = await make_daemon(vllm, router, session, clock)
+    router.ongoing = [busy()]
     await daemon.run_epoch()
     clock.advance(EPOCH_S)
     await daemon.run_epoch()
-    sent = capping.decisions[-1]
+    sent = router.decisions[-1]
     assert sent.levels_mhz == () and sent.measured_power_w is not None

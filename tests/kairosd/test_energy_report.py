@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
@@ -13,14 +12,6 @@ import pytest
 from kairos_common.testing import ManualClock
 from kairosd.testing import FakeRouter, ScriptedVllm
 from tests.kairosd.conftest import ListSink, make_daemon
-
-
-@pytest.fixture
-async def router(clock: ManualClock) -> AsyncIterator[FakeRouter]:
-    fake = FakeRouter(instance="gpu0", clock=clock)
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 @pytest.mark.parametrize("observe", [False, True])
