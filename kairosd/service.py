@@ -28,13 +28,14 @@ from kairosd.errors import (
     GpuPermissionError,
 )
 from kairosd.gpu.base import GpuBackend
+from kairosd.gpu.opening import open_backend
 from kairosd.gpu_reset import reset_clocks
 from kairosd.health_server import HealthServer
 from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
 from kairosd.router_client import RouterClient
 from kairosd.sdnotify import Notifier
-from kairosd.startup import build_controller, open_backend, prepare_backend
+from kairosd.startup import build_controller, prepare_backend
 from kairosd.vllm_client import VllmClient
 from reporting.records import JsonlWriter
 

@@ -14,9 +14,6 @@ from kairosd.config import KairosdConfig
 from kairosd.errors import GpuPermissionError
 from kairosd.gpu.base import GpuBackend
 from kairosd.gpu.observe import ObserveBackend
-from kairosd.gpu.opening import open_backend
-
-__all__ = ["build_controller", "open_backend", "prepare_backend"]
 
 log = structlog.get_logger()
 

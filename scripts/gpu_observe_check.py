@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 
 from kairosd.gpu.base import GpuBackend, GpuStatus
-from kairosd.startup import open_backend
+from kairosd.gpu.opening import open_backend
 from reporting.energy import energy_balance
 from reporting.records import AgentRecord, EpochRecord, read_records
 from simulator.agent_driver import DriverConfig, drive
