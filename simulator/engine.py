@@ -29,17 +29,16 @@ from __future__ import annotations
 
 from collections import deque
 
-from simulator.energy_truth import EnergyTruth, step_rows
+from simulator.energy_truth import EnergyTruth
+from simulator.engine_cohort import DecodeCohort
 from simulator.engine_state import Run as _Run
 from simulator.engine_state import Seq as _Seq
 from simulator.engine_state import Step as _Step
-from simulator.engine_state import steps_fitting
+from simulator.engine_step import cohort_step, reference_step
 from simulator.engine_types import (
     EngineCounters,
     EngineEvent,
     EngineRequest,
-    FirstToken,
-    Preempted,
     RequestFinished,
     RequestRejected,
     TokenProgress,
@@ -49,7 +48,7 @@ from simulator.gpu import SimulatedGpu
 from simulator.kvcache import KvCache
 from simulator.power import PowerModel
 from simulator.presets import EngineParams
-from simulator.timing import StepCost, TimingModel, attention_pairs
+from simulator.timing import StepCost, TimingModel
 
 _MAX_RUN_STEPS = 1_000_000
 
@@ -82,20 +81,21 @@ class Engine:
         self._plan: _Step | _Run | None = None
         self._outbox: list[EngineEvent] = []
         self._last_power_w = power.idle_w(gpu.clock_at(start_s))
-        self._bs = params.block_size
+        self.block_size = params.block_size
         self._known_s = start_s
-        self._aborted_running = False
-        self._decoding: tuple[int, int] | None = None
-        """``(Σ computed, min tokens left)`` of ``running`` right after a decode run
-        committed (all of them still decoding), so the next run is planned without
-        another pass over the sequences; None once anything else touched them."""
+        self.aborted_running = False
+        """Some running sequence is aborted (it leaves at the end of the next step)."""
+        self.lazy = fast_forward
+        """Decoding sequences live in ``cohort`` (off: the step-by-step reference)."""
+        self.cohort = DecodeCohort(params.block_size)
+        self._orders = 0
         self.truth: EnergyTruth | None = None
         """Ground truth of per-agent energy (docs/energy.md); None: not computed."""
 
     # ------------------------------------------------------------------ API
     @property
     def capacity_tokens(self) -> int:
-        return self.kv.total_blocks * self._bs
+        return self.kv.total_blocks * self.block_size
 
     def kv_usage_fraction(self) -> float:
         """V1's ``kv_cache_usage_perc``: blocks neither free nor evictable."""
@@ -127,8 +127,7 @@ class Engine:
         for seq in self.running:
             if seq.req.request_id == request_id:
                 seq.aborted = True
-                self._aborted_running = True
-                self._decoding = None
+                self.aborted_running = True
                 if not isinstance(self._plan, _Step):
                     self._drop_aborted()
                 return True
@@ -208,7 +207,14 @@ class Engine:
         if not self.running and not self.waiting:
             return
         run = self._plan_run()
-        self._plan = run if run is not None else self._plan_step()
+        if run is not None:
+            self._plan = run
+        elif self.lazy and not (
+            self.aborted_running or self.emit_progress or self.truth is not None
+        ):
+            self._plan = cohort_step(self) or reference_step(self)
+        else:
+            self._plan = reference_step(self)
 
     def _waiting_blocked(self) -> bool:
         """True if FCFS admission cannot take the waiting head now (and will not
@@ -217,37 +223,44 @@ class Engine:
             return True
         if len(self.running) >= self.params.max_num_seqs:
             return True
+        bs = self.block_size
         head = self.waiting[0]
-        hit = self._hit_blocks(head)
+        hit = self.hit_blocks(head)
         budget = self.params.max_num_batched_tokens - len(self.running)
-        chunk = min(head.total - hit * self._bs, budget)
-        need = -(-(hit * self._bs + chunk) // self._bs) - hit
+        chunk = min(head.total - hit * bs, budget)
+        need = -(-(hit * bs + chunk) // bs) - hit
         return need > self.kv.available_blocks - hit
 
-    def _hit_blocks(self, seq: _Seq) -> int:
+    def hit_blocks(self, seq: _Seq) -> int:
+        """Cached blocks a waiting ``seq`` would reuse if admitted now."""
         if seq.computed > 0 or not seq.req.cache_key:
             return 0
-        return min(self.kv.cached_of(seq.req.cache_key), max(seq.prefix_limit, 0) // self._bs)
+        return min(
+            self.kv.cached_of(seq.req.cache_key), max(seq.prefix_limit, 0) // self.block_size
+        )
+
+    def next_order(self) -> int:
+        """Stamp for a sequence entering ``running`` (running order is ascending)."""
+        self._orders += 1
+        return self._orders
 
     def _plan_run(self) -> _Run | None:
+        """A run of decode steps over every running sequence, when all of them
+        decode (they are the cohort) and no waiting request can be admitted."""
         running = self.running
-        if not self.fast_forward or not running or not self._waiting_blocked():
+        cohort = self.cohort
+        if (
+            not self.lazy
+            or not running
+            or cohort.size != len(running)
+            or self.aborted_running
+            or not self._waiting_blocked()
+        ):
             return None
-        if self._decoding is not None:
-            context, steps = self._decoding
-        else:
-            steps = _MAX_RUN_STEPS
-            context = 0
-            for seq in running:
-                computed = seq.computed
-                if seq.total - computed != 1 or seq.aborted:
-                    return None
-                left = seq.out - seq.generated
-                if left < steps:
-                    steps = left
-                context += computed
+        steps = min(cohort.steps_left(), _MAX_RUN_STEPS)
         if steps < 2:
             return None
+        context = cohort.context()
         now = self.now_s
         clock = self.gpu.clock_at(now)
         change = self.gpu.next_change_s()
@@ -256,174 +269,20 @@ class Engine:
                 steps,
                 self.timing.decode_steps_before(clock, len(running), context, change - now),
             )
-        steps = steps_fitting(running, self._bs, self.kv.available_blocks, steps)
+        steps = cohort.steps_fitting(self.kv.available_blocks, steps)
         if steps < 2:
             return None
         cost = self.timing.decode_run(clock, len(running), context, steps)
-        return _Run(now, list(running), steps, clock, context, cost)
+        return _Run(now, len(running), steps, clock, context, cost)
 
-    # ------------------------------------------------------- mixed step path
-    def _plan_step(self) -> _Step:
-        """Schedule one step V1-style; decisions apply now, effects at its end."""
-        self._decoding = None
-        bs = self._bs
-        kv = self.kv
-        budget = self.params.max_num_batched_tokens
-        scheduled: list[tuple[_Seq, int]] = []
-        events: list[EngineEvent] = []
-        preempted = False
-        running = self.running
-        # The step's shape (see _finish_plan), summed while scheduling: one pass.
-        decode_seqs = decode_ctx = prefill = pairs = 0
-        i = 0
-        while i < len(running) and budget > 0:
-            seq = running[i]
-            computed = seq.computed
-            n = seq.total - computed
-            if n > budget:
-                n = budget
-            need = -(-(computed + n) // bs) - seq.blocks
-            if need > 0:
-                ok = True
-                while not kv.allocate(need):
-                    victim = running.pop()
-                    self._preempt(victim, events)
-                    preempted = True
-                    if victim is seq:
-                        ok = False
-                        break
-                if not ok:
-                    break
-                seq.blocks += need
-            if n == 1 and computed == seq.total - 1 and seq.generated > 0:
-                decode_seqs += 1
-                decode_ctx += computed
-            else:
-                prefill += n
-                pairs += attention_pairs(n, computed)
-            scheduled.append((seq, n))
-            budget -= n
-            i += 1
-        shape = (decode_seqs, decode_ctx, prefill, pairs, len(scheduled))
-        if not preempted:
-            budget = self._admit_waiting(budget, scheduled)
-        return self._finish_plan(scheduled, events, shape)
-
-    def _admit_waiting(self, budget: int, scheduled: list[tuple[_Seq, int]]) -> int:
-        bs = self._bs
-        kv = self.kv
-        c = self.counters
-        while self.waiting and budget > 0 and len(self.running) < self.params.max_num_seqs:
-            seq = self.waiting[0]
-            hit = self._hit_blocks(seq)
-            base = hit * bs if seq.computed == 0 else seq.computed
-            n = min(seq.total - base, budget)
-            need = -(-(base + n) // bs) - (hit if seq.computed == 0 else seq.blocks)
-            if need > kv.available_blocks - hit:
-                break
-            self.waiting.popleft()
-            if seq.computed == 0:
-                if seq.req.cache_key:
-                    hit = kv.claim(seq.req.cache_key, hit)
-                seq.blocks = hit
-                seq.computed = hit * bs
-                if seq.hit_tokens < 0:
-                    seq.hit_tokens = seq.computed
-                    c.prompt_tokens += seq.req.prompt_tokens
-                c.prefix_queried_tokens += seq.total
-                c.prefill_reused_tokens += seq.computed
-                upto = seq.recompute_upto // bs * bs
-                c.recomputed_tokens += max(0, upto - seq.computed)
-            if not kv.allocate(need):  # cannot happen: checked above
-                raise EngineError("KV allocation failed after a successful check")
-            seq.blocks += need
-            self.running.append(seq)
-            scheduled.append((seq, n))
-            budget -= n
-        return budget
-
-    def _preempt(self, seq: _Seq, events: list[EngineEvent]) -> None:
-        """Recompute-mode preemption: blocks become the key's cached context."""
-        self.kv.release(seq.req.cache_key, seq.blocks, seq.computed // self._bs)
-        seq.recompute_upto = max(seq.recompute_upto, seq.computed)
-        seq.prefix_limit = seq.total - 1
-        seq.computed = 0
-        seq.blocks = 0
-        seq.preemptions += 1
-        self.counters.preemptions += 1
-        self.waiting.appendleft(seq)
-        events.append(Preempted(seq.req.request_id, self.now_s))
-
-    def _finish_plan(
-        self,
-        scheduled: list[tuple[_Seq, int]],
-        events: list[EngineEvent],
-        shape: tuple[int, int, int, int, int],
-    ) -> _Step:
-        """Cost the step and apply it. ``shape`` is ``(decode seqs, their context,
-        prefill tokens, attention pairs)`` of ``scheduled[:k]`` and ``k``, summed
-        by :meth:`_plan_step`; the admitted rest is summed here."""
-        decode_seqs, decode_ctx, prefill, pairs, first = shape
-        for seq, n in scheduled[first:]:
-            computed = seq.computed
-            if n == 1 and computed == seq.total - 1 and seq.generated > 0:
-                decode_seqs += 1
-                decode_ctx += computed
-            else:
-                prefill += n
-                pairs += attention_pairs(n, computed)
-        truth = step_rows(scheduled) if self.truth is not None else None
-        clock = self.gpu.clock_at(self.now_s)
-        cost = self.timing.step(
-            clock,
-            decode_seqs=decode_seqs,
-            decode_context_tokens=decode_ctx,
-            prefill_tokens=prefill,
-            attn_pairs=pairs,
-        )
-        end = self.now_s + cost.time_s
-        counters = self.counters
-        counters.prefill_computed_tokens += prefill
-        progress = self.emit_progress
-        done: list[_Seq] = []
-        tokens = 0
-        # Whether every running sequence decodes next (then the next run needs no
-        # pass over them: ``self._decoding``), with their context and shortest rest.
-        decoding = len(scheduled) == len(self.running) and not self._aborted_running
-        context = 0
-        least = _MAX_RUN_STEPS
-        for seq, n in scheduled:
-            computed = seq.computed = seq.computed + n
-            if computed == seq.total:
-                generated = seq.generated = seq.generated + 1
-                seq.total = computed + 1
-                tokens += 1
-                if seq.first_token_s < 0:
-                    seq.first_token_s = end
-                    events.append(FirstToken(seq.req.request_id, end))
-                if progress:
-                    events.append(TokenProgress(seq.req.request_id, end, generated))
-                left = seq.out - generated
-                if left <= 0:
-                    done.append(seq)
-                else:
-                    context += computed
-                    if left < least:
-                        least = left
-            else:
-                decoding = False
-        counters.generation_tokens += tokens
-        above_idle_j = self._account(clock, cost, 1)
-        if self.truth is not None and truth is not None:
-            self.truth.step(clock, cost, above_idle_j, truth)
-        step = _Step(self.now_s, end, events)
-        self.now_s = end
-        if self._aborted_running:
-            self._retire(end, events)
-        elif done:
-            self._retire_seqs(done, end, events)
-        self._decoding = (context, least) if decoding else None
-        return step
+    def seq_state(self, seq: _Seq) -> tuple[int, int, int, int]:
+        """``(computed, generated, total, blocks)`` of ``seq`` now, whether or not
+        the cohort holds it (for tests and inspection; changes nothing)."""
+        if not seq.lazy:
+            return seq.computed, seq.generated, seq.total, seq.blocks
+        tick = self.cohort.tick
+        computed = seq.cbase + tick
+        return computed, seq.gbase + tick, computed + 1, -(-computed // self.block_size)
 
     # ---------------------------------------------------------------- commit
     def _commit(self, t_s: float) -> None:
@@ -439,58 +298,43 @@ class Engine:
             k = min(
                 k,
                 self.timing.decode_steps_before(
-                    plan.clock_mhz, len(plan.seqs), plan.context0, t_s - plan.start_s
+                    plan.clock_mhz, plan.seqs, plan.context0, t_s - plan.start_s
                 ),
             )
         self._commit_run(plan, k)
         self._plan = None
 
     def _commit_run(self, run: _Run, k: int) -> None:
+        """``k`` steps of ``run`` happen: the cohort's tick moves, nobody is visited."""
         if k <= 0:
             return
-        bs = self._bs
-        n = len(run.seqs)
+        cohort = self.cohort
+        n = run.seqs
         cost = (
             run.cost
             if k == run.steps
             else self.timing.decode_run(run.clock_mhz, n, run.context0, k)
         )
-        above_idle_j = self._account(run.clock_mhz, cost, k)
+        above_idle_j = self.account(run.clock_mhz, cost, k)
         if self.truth is not None:
-            keys = [(s.req.cache_key or s.req.request_id, s.computed) for s in run.seqs]
+            tick = cohort.tick
+            keys = [(s.req.cache_key or s.req.request_id, s.cbase + tick) for s in self.running]
             self.truth.run(run.clock_mhz, cost, above_idle_j, keys, k)
         now = self.now_s = run.start_s + cost.time_s
-        need = 0
-        done: list[_Seq] = []
-        context = 0
-        least = _MAX_RUN_STEPS
-        for seq in run.seqs:
-            computed = seq.computed + k
-            blocks = -(-computed // bs)
-            need += blocks - seq.blocks
-            seq.blocks = blocks
-            seq.computed = computed
-            seq.total += k
-            generated = seq.generated = seq.generated + k
-            left = seq.out - generated
-            if left <= 0:
-                done.append(seq)
-            else:
-                context += computed
-                if left < least:
-                    least = left
-        if not self.kv.allocate(need):
+        if not self.kv.allocate(cohort.need(k)):
             raise EngineError("decode run outgrew the KV cache (planning bug)")
+        done = cohort.advance(k)
         self.counters.generation_tokens += n * k
         events: list[EngineEvent] = []
         if self.emit_progress:
-            events.extend(TokenProgress(s.req.request_id, now, s.generated) for s in run.seqs)
+            tick = cohort.tick
+            rows = [(s.req.request_id, s.gbase + tick) for s in self.running]
+            events.extend(TokenProgress(rid, now, generated) for rid, generated in rows)
         if done:
-            self._retire_seqs(done, now, events)
-        self._decoding = (context, least)
+            self.retire(done, now, events)
         self._outbox.extend(events)
 
-    def _account(self, clock_mhz: int, cost: StepCost, steps: int) -> float:
+    def account(self, clock_mhz: int, cost: StepCost, steps: int) -> float:
         """Add a step's (or a run's) energy; returns the part above the idle draw
         (what :class:`~simulator.energy_truth.EnergyTruth` splits among its sequences)."""
         energy = self.power.energy_j(clock_mhz, cost)
@@ -503,21 +347,25 @@ class Engine:
         counters.busy_s += t
         return energy - self.power.idle_w(clock_mhz) * t
 
-    def _retire(self, t_s: float, events: list[EngineEvent]) -> None:
+    def retire_all(self, t_s: float, events: list[EngineEvent]) -> None:
         """Finished (or aborted) sequences leave; their context stays cached."""
-        self._aborted_running = False
-        self._decoding = None
-        done = [s for s in self.running if s.generated >= s.out or s.aborted]
+        self.aborted_running = False
+        done = [s for s in self.running if s.aborted or (not s.lazy and s.generated >= s.out)]
         if done:
-            self._retire_seqs(done, t_s, events)
+            self.retire(done, t_s, events)
 
-    def _retire_seqs(self, done: list[_Seq], t_s: float, events: list[EngineEvent]) -> None:
+    def retire(self, done: list[_Seq], t_s: float, events: list[EngineEvent]) -> None:
         """``done`` (running, in running order) leave; their context stays cached."""
+        cohort = self.cohort
+        for seq in done:
+            if seq.lazy:
+                cohort.leave(seq)
         if len(done) == 1:
             self.running.remove(done[0])
         else:
-            self.running = [s for s in self.running if s.generated < s.out and not s.aborted]
-        bs = self._bs
+            gone = set(done)
+            self.running = [s for s in self.running if s not in gone]
+        bs = self.block_size
         for seq in done:
             self.kv.release(seq.req.cache_key, seq.blocks, seq.computed // bs)
             seq.blocks = 0
@@ -541,4 +389,4 @@ class Engine:
 
     def _drop_aborted(self) -> None:
         events: list[EngineEvent] = []
-        self._retire(self.now_s, events)
+        self.retire_all(self.now_s, events)

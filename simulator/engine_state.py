@@ -1,5 +1,4 @@
-"""Scheduler state of the engine model: per-request sequences, planned work and
-the KV-fit rule of a decode run.
+"""Scheduler state of the engine model: per-request sequences and planned work.
 
 Internal to :mod:`simulator.engine` (kept apart only to keep modules small).
 """
@@ -12,15 +11,26 @@ from simulator.timing import StepCost
 
 class Seq:
     """Mutable scheduler state of one request (``out``: its output tokens, copied
-    from ``req`` because the hot loops read it for every sequence at every step)."""
+    from ``req`` because the hot loops read it for every sequence at every step).
+
+    While ``lazy`` (a member of the engine's
+    :class:`~simulator.engine_cohort.DecodeCohort`) ``computed``, ``generated``,
+    ``total`` and ``blocks`` are stale: the cohort holds them as offsets ``cbase``,
+    ``gbase`` from its tick. ``order`` stamps admission into ``running`` (running
+    order is ascending ``order``)."""
 
     __slots__ = (
         "aborted",
         "blocks",
+        "cbase",
         "computed",
         "first_token_s",
+        "gbase",
         "generated",
         "hit_tokens",
+        "join_id",
+        "lazy",
+        "order",
         "out",
         "preemptions",
         "prefix_limit",
@@ -42,6 +52,11 @@ class Seq:
         self.recompute_upto = self.prefix_limit
         self.preemptions = 0
         self.aborted = False
+        self.lazy = False
+        self.cbase = 0
+        self.gbase = 0
+        self.join_id = 0
+        self.order = 0
 
 
 class Step:
@@ -56,14 +71,15 @@ class Step:
 
 
 class Run:
-    """Up to ``steps`` pure-decode steps over ``seqs`` at ``clock_mhz`` from ``start_s``."""
+    """Up to ``steps`` pure-decode steps of the ``seqs`` running sequences (all of
+    them, all decoding) at ``clock_mhz`` from ``start_s``."""
 
     __slots__ = ("clock_mhz", "context0", "cost", "end_s", "seqs", "start_s", "steps")
 
     def __init__(
         self,
         start_s: float,
-        seqs: list[Seq],
+        seqs: int,
         steps: int,
         clock_mhz: int,
         context0: int,
@@ -77,26 +93,3 @@ class Run:
         self.cost = cost
         """Summed cost of all ``steps`` (reused when the run is committed whole)."""
         self.end_s = start_s + cost.time_s
-
-
-def steps_fitting(running: list[Seq], block_size: int, available: int, upper: int) -> int:
-    """Largest k ≤ ``upper`` such that ``running``'s new blocks after k decode steps
-    fit in ``available`` blocks (how far a decode run may go before the cache is full)."""
-    bs = block_size
-    if len(running) * (upper // bs + 1) <= available:
-        return upper  # even the worst case (a new block every bs steps) fits
-    comps = [s.computed for s in running]
-
-    def need(k: int) -> int:
-        return sum(-(-(c + k) // bs) - -(-c // bs) for c in comps)
-
-    if need(upper) <= available:
-        return upper
-    lo, hi = 0, upper
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if need(mid) <= available:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo

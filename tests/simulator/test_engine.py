@@ -20,12 +20,13 @@ from tests.simulator.conftest import drain, make_engine, small_preset
 
 
 def _blocks_conserved(e: Engine) -> None:
-    owned = sum(s.blocks for s in e.running)
+    states = [e.seq_state(s) for s in e.running]
+    owned = sum(blocks for *_, blocks in states)
     assert e.kv.free_blocks >= 0 and e.kv.cached_blocks >= 0
     assert e.kv.free_blocks + e.kv.cached_blocks + owned == e.kv.total_blocks
     assert e.kv.cached_blocks == sum(e.kv.cached_contexts().values())
-    for s in e.running:
-        assert s.blocks == -(-s.computed // e.kv.block_size)
+    for computed, _, _, blocks in states:
+        assert blocks == -(-computed // e.kv.block_size)
 
 
 def test_block_and_token_conservation_under_random_load() -> None:
@@ -225,8 +226,10 @@ def test_runs_planned_from_a_committed_run_match_a_fresh_scan() -> None:
     while e.next_event_time() is not None:
         plan = e._plan
         if isinstance(plan, Run):
-            assert plan.context0 == sum(s.computed for s in e.running)
-            assert plan.steps <= min(s.out - s.generated for s in e.running)
+            states = [e.seq_state(s) for s in e.running]
+            assert plan.seqs == len(e.running)
+            assert plan.context0 == sum(computed for computed, *_ in states)
+            assert plan.steps <= min(s.out - st[1] for s, st in zip(e.running, states, strict=True))
             plans += 1
         e.advance_to(e.next_event_time() or 0.0)
     assert plans >= 5
