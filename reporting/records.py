@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -149,11 +149,19 @@ _KINDS: dict[str, type[Any]] = {
     "energy": EnergyRecord,
 }
 R = TypeVar("R", EpochRecord, AgentRecord, RunRecord)
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in _KINDS.values()
+}
 
 
 def to_json_line(record: Record) -> str:
-    """One JSONL line (no trailing newline) for ``record``."""
-    return json.dumps(asdict(record), separators=(",", ":"), allow_nan=False)
+    """One JSONL line (no trailing newline) for ``record``.
+
+    The records are flat (scalars, tuples of scalars, a dict of floats), so a
+    shallow field dict serialises exactly as ``asdict`` would, without its deep
+    copy (a simulation writes thousands of records; ``asdict`` was most of it)."""
+    data = {name: getattr(record, name) for name in _FIELD_NAMES[type(record)]}
+    return json.dumps(data, separators=(",", ":"), allow_nan=False)
 
 
 _SCALARS = ("float", "int", "str", "bool", "None")

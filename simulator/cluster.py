@@ -106,6 +106,7 @@ def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
 
 class _Instance:
     __slots__ = (
+        "_load",
         "controller",
         "decision",
         "energy_mark_j",
@@ -139,18 +140,30 @@ class _Instance:
         self.usage = 0
         """Σ ``C_a`` of ``ongoing``, kept up to date by :meth:`join`, :meth:`leave` and
         :meth:`completed` (summing it afresh at every request was a hot spot)."""
+        self._load: InstanceLoad | None = None
 
     def usage_tokens(self) -> int:
         return self.usage
 
+    def load(self, capacity_tokens: int) -> InstanceLoad:
+        """The router's view ``U_i``; rebuilt only after :meth:`join`, :meth:`leave`
+        or :meth:`completed` changed it (it is read at every request)."""
+        if self._load is None:
+            self._load = InstanceLoad(
+                self.name, self.index, self.usage, capacity_tokens, bool(self.ongoing)
+            )
+        return self._load
+
     def join(self, agent: SimAgent) -> None:
         self.ongoing[agent.agent_id] = agent
         self.usage += agent.usage_tokens()
+        self._load = None
 
     def leave(self, agent_id: str) -> None:
         agent = self.ongoing.pop(agent_id, None)
         if agent is not None:
             self.usage -= agent.usage_tokens()
+            self._load = None
 
     def completed(self, agent: SimAgent, t: float, prompt_tokens: int, output_tokens: int) -> None:
         """``agent`` (ongoing here) finished a request: its ``C_a`` changes."""
@@ -158,6 +171,7 @@ class _Instance:
         agent.complete(t, prompt_tokens, output_tokens)
         if agent.agent_id in self.ongoing:
             self.usage += agent.usage_tokens() - before
+            self._load = None
 
 
 class Cluster:
@@ -267,10 +281,7 @@ class Cluster:
     # -------------------------------------------------------------- arrivals
     def _loads(self) -> list[InstanceLoad]:
         cap = self.instances[0].engine.capacity_tokens if self.instances else 0
-        return [
-            InstanceLoad(inst.name, inst.index, inst.usage_tokens(), cap, bool(inst.ongoing))
-            for inst in self.instances
-        ]
+        return [inst.load(cap) for inst in self.instances]
 
     def gates(self) -> list[InstanceGate]:
         """What fleet admission sees of each instance (as the router builds it)."""

@@ -81,7 +81,7 @@ class Engine:
         self._plan: _Step | _Run | None = None
         self._outbox: list[EngineEvent] = []
         self._last_power_w = power.idle_w(gpu.clock_at(start_s))
-        self.block_size = params.block_size
+        self._bs = params.block_size
         self._known_s = start_s
         self.aborted_running = False
         """Some running sequence is aborted (it leaves at the end of the next step)."""
@@ -95,7 +95,7 @@ class Engine:
     # ------------------------------------------------------------------ API
     @property
     def capacity_tokens(self) -> int:
-        return self.kv.total_blocks * self.block_size
+        return self.kv.total_blocks * self._bs
 
     def kv_usage_fraction(self) -> float:
         """V1's ``kv_cache_usage_perc``: blocks neither free nor evictable."""
@@ -223,21 +223,19 @@ class Engine:
             return True
         if len(self.running) >= self.params.max_num_seqs:
             return True
-        bs = self.block_size
+        bs = self._bs
         head = self.waiting[0]
-        hit = self.hit_blocks(head)
+        hit = self._hit_blocks(head)
         budget = self.params.max_num_batched_tokens - len(self.running)
         chunk = min(head.total - hit * bs, budget)
         need = -(-(hit * bs + chunk) // bs) - hit
         return need > self.kv.available_blocks - hit
 
-    def hit_blocks(self, seq: _Seq) -> int:
+    def _hit_blocks(self, seq: _Seq) -> int:
         """Cached blocks a waiting ``seq`` would reuse if admitted now."""
         if seq.computed > 0 or not seq.req.cache_key:
             return 0
-        return min(
-            self.kv.cached_of(seq.req.cache_key), max(seq.prefix_limit, 0) // self.block_size
-        )
+        return min(self.kv.cached_of(seq.req.cache_key), max(seq.prefix_limit, 0) // self._bs)
 
     def next_order(self) -> int:
         """Stamp for a sequence entering ``running`` (running order is ascending)."""
@@ -282,7 +280,7 @@ class Engine:
             return seq.computed, seq.generated, seq.total, seq.blocks
         tick = self.cohort.tick
         computed = seq.cbase + tick
-        return computed, seq.gbase + tick, computed + 1, -(-computed // self.block_size)
+        return computed, seq.gbase + tick, computed + 1, -(-computed // self._bs)
 
     # ---------------------------------------------------------------- commit
     def _commit(self, t_s: float) -> None:
@@ -365,7 +363,7 @@ class Engine:
         else:
             gone = set(done)
             self.running = [s for s in self.running if s not in gone]
-        bs = self.block_size
+        bs = self._bs
         for seq in done:
             self.kv.release(seq.req.cache_key, seq.blocks, seq.computed // bs)
             seq.blocks = 0

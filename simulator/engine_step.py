@@ -43,7 +43,7 @@ def reference_step(eng: Engine) -> Step:
     for seq in eng.running:
         if seq.lazy:
             cohort.leave(seq)
-    bs = eng.block_size
+    bs = eng._bs
     kv = eng.kv
     budget = eng.params.max_num_batched_tokens
     scheduled: list[tuple[Seq, int]] = []
@@ -135,7 +135,7 @@ def cohort_step(eng: Engine) -> Step | None:
     running = eng.running
     m = cohort.size
     budget = eng.params.max_num_batched_tokens
-    bs = eng.block_size
+    bs = eng._bs
     actives = [(i, s) for i, s in enumerate(running) if not s.lazy] if m < len(running) else []
     last = len(running) - 1  # the last decoding sequence's index
     for i, _ in reversed(actives):
@@ -233,14 +233,14 @@ def _order(seq: Seq) -> int:
 
 def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) -> int:
     """FCFS admission of waiting requests into the step's remaining ``budget``."""
-    bs = eng.block_size
+    bs = eng._bs
     kv = eng.kv
     c = eng.counters
     waiting = eng.waiting
     max_seqs = eng.params.max_num_seqs
     while waiting and budget > 0 and len(eng.running) < max_seqs:
         seq = waiting[0]
-        hit = eng.hit_blocks(seq)
+        hit = eng._hit_blocks(seq)
         base = hit * bs if seq.computed == 0 else seq.computed
         n = min(seq.total - base, budget)
         need = -(-(base + n) // bs) - (hit if seq.computed == 0 else seq.blocks)
@@ -271,7 +271,7 @@ def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) ->
 
 def _preempt(eng: Engine, seq: Seq, events: list[EngineEvent]) -> None:
     """Recompute-mode preemption: blocks become the key's cached context."""
-    eng.kv.release(seq.req.cache_key, seq.blocks, seq.computed // eng.block_size)
+    eng.kv.release(seq.req.cache_key, seq.blocks, seq.computed // eng._bs)
     seq.recompute_upto = max(seq.recompute_upto, seq.computed)
     seq.prefix_limit = seq.total - 1
     seq.computed = 0

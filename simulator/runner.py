@@ -20,7 +20,7 @@ from typing import Any
 
 from controllers import KairosConfig, ReassignmentConfig
 from reporting.metrics import Summary, summarize
-from reporting.records import AgentRecord, EpochRecord, JsonlWriter, RunRecord, file_slug
+from reporting.records import AgentRecord, EpochRecord, RunRecord, file_slug, to_json_line
 from simulator.arrivals import poisson_arrivals, replay_arrivals
 from simulator.cluster import Cluster, ClusterConfig
 from simulator.errors import WorkloadError
@@ -196,13 +196,12 @@ def write_jsonl(result: SimResult, out_dir: Path) -> Path:
     """Write run + epoch + agent records to ``out_dir/<run>.jsonl`` (replacing it)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{file_slug(result.spec.policy)}.jsonl"
-    path.unlink(missing_ok=True)
-    with JsonlWriter(path) as writer:
-        writer.write(result.run)
-        for e in result.epochs:
-            writer.write(e)
-        for a in result.agents:
-            writer.write(a)
+    # One write: the file is complete when the run is (a line-flushing writer
+    # cost a system call per record).
+    lines = [to_json_line(result.run)]
+    lines += [to_json_line(e) for e in result.epochs]
+    lines += [to_json_line(a) for a in result.agents]
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
     return path
 
 

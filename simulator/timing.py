@@ -29,19 +29,19 @@ from simulator.presets import TimingParams
 
 
 class StepCost(NamedTuple):
-    """Time components of one step, or sums over a run of steps (seconds).
+    """Time components of one step, or sums over a run of steps (seconds), and
+    their sum ``time_s``.
 
     A named tuple rather than a frozen dataclass: one is built per step and per
-    decode run, and a frozen dataclass's ``__init__`` was a tenth of the run time."""
+    decode run, and a frozen dataclass's ``__init__`` was a tenth of the run time.
+    ``time_s`` is stored rather than a property: the engine reads it several
+    times per step."""
 
     cpu_s: float
     fixed_s: float
     mem_s: float
     comp_s: float
-
-    @property
-    def time_s(self) -> float:
-        return self.cpu_s + self.fixed_s + self.mem_s + self.comp_s
+    time_s: float
 
 
 def attention_pairs(uncached_tokens: int, cached_tokens: int) -> int:
@@ -136,7 +136,8 @@ class TimingModel:
             comp += gemm
         else:
             mem += weights
-        return StepCost(p.cpu_overhead_s, p.gpu_fixed_s * sc, mem, comp)
+        cpu, fixed = p.cpu_overhead_s, p.gpu_fixed_s * sc
+        return StepCost(cpu, fixed, mem, comp, cpu + fixed + mem + comp)
 
     def decode_coeffs(
         self, clock_mhz: float, seqs: int, context_tokens: int
@@ -157,7 +158,8 @@ class TimingModel:
         mem0 = (self.weight_s(seqs) + context_tokens * kv) * sm  # as in decode_coeffs
         dmem = seqs * kv * sm
         mem = steps * mem0 + dmem * steps * (steps - 1) / 2.0
-        return StepCost(steps * p.cpu_overhead_s, steps * p.gpu_fixed_s * sc, mem, 0.0)
+        cpu, fixed = steps * p.cpu_overhead_s, steps * p.gpu_fixed_s * sc
+        return StepCost(cpu, fixed, mem, 0.0, cpu + fixed + mem + 0.0)
 
     def decode_steps_before(
         self, clock_mhz: float, seqs: int, context_tokens: int, budget_s: float
