@@ -144,7 +144,9 @@ def cohort_step(eng: Engine) -> Step | None:
         last -= 1
     need = cohort.need(1) if m else 0
     used = 0
-    reached = False  # every decode (all before the current index) has its token
+    # Every decode gets its token iff the budget is not spent before the last one
+    # (index ``last``): checked once the walk passes it, or at the end.
+    reached = False
     scheduled: list[tuple[Seq, int]] = []
     for j, (i, seq) in enumerate(actives):
         if i > last and not reached:
@@ -153,15 +155,9 @@ def cohort_step(eng: Engine) -> Step | None:
             reached = True
         left = budget - (i - j) - used  # i − j decodes come before index i
         if left <= 0:
-            if i < last:
-                return None
             break
         computed = seq.computed
-        n = seq.total - computed
-        if n >= left:
-            if i < last:
-                return None  # the budget would run out before a decode
-            n = left
+        n = min(seq.total - computed, left)
         seq_need = -(-(computed + n) // bs) - seq.blocks
         if seq_need > 0:
             need += seq_need
