@@ -143,7 +143,7 @@ def create_app(
     for path in ROUTES:
         app.router.add_post(path, proxy.handle)
 
-    def session() -> aiohttp.ClientSession:
+    def upstream() -> aiohttp.ClientSession:
         return proxy.session  # opened at start-up, after the wiring
 
     public = PublicApi(
@@ -153,7 +153,7 @@ def create_app(
         identity=identity,
         identity_header=config.identity_header,
         timeouts=config.timeouts,
-        session=session,
+        session=upstream,
     )
     control = ControlApi(
         auth,
@@ -170,7 +170,7 @@ def create_app(
     app.router.add_routes(public.routes())
     app.router.add_routes(control.routes())
     app.router.add_routes(AdminApi(core, auth).routes())
-    health = HealthChecker(pool, core, pump, clock, config.timeouts, session)
+    health = HealthChecker(pool, core, pump, clock, config.timeouts, upstream)
     app[HEALTH_KEY] = health
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
