@@ -20,15 +20,18 @@ from aiohttp import web
 from kairos_common.wire import API_PREFIX
 from router.auth import ControlAuth, Role
 from router.control_api import read_json_object
-from router.core import RouterCore
 from router.errors import BadRequestError
+from router.ports import InstanceAdmin
 
 
 class AdminApi:
-    """Admin-credential-only handlers (``--control-token-file`` or ``admin.token``)."""
+    """Admin-credential-only handlers (``--control-token-file`` or ``admin.token``).
 
-    def __init__(self, core: RouterCore, auth: ControlAuth) -> None:
-        self.core = core
+    Handed the three membership operations it exposes, not the core behind them.
+    """
+
+    def __init__(self, instances: InstanceAdmin, auth: ControlAuth) -> None:
+        self._instances = instances
         self.auth = auth
 
     def routes(self) -> list[web.RouteDef]:
@@ -45,13 +48,13 @@ class AdminApi:
         name, url = obj.get("name"), obj.get("url")
         if not isinstance(name, str) or not isinstance(url, str):
             raise BadRequestError("need string fields 'name' and 'url'")
-        inst = self.core.add_instance(name, url)
+        inst = self._instances.add_instance(name, url)
         self.auth.credentials.write_daemon_file(inst.name)
         return web.json_response({"ok": True, "instance": inst.name, "url": inst.base_url})
 
     async def remove(self, request: web.Request) -> web.Response:
         self.auth.require(request, Role.ADMIN)
-        self.core.remove_instance(request.match_info["name"])
+        self._instances.remove_instance(request.match_info["name"])
         return web.json_response({"ok": True})
 
     async def drain(self, request: web.Request) -> web.Response:
@@ -60,5 +63,5 @@ class AdminApi:
         draining = obj.get("draining", True)
         if not isinstance(draining, bool):
             raise BadRequestError("'draining' must be a boolean")
-        inst = self.core.set_draining(request.match_info["name"], draining)
+        inst = self._instances.set_draining(request.match_info["name"], draining)
         return web.json_response({"ok": True, "instance": inst.name, "draining": inst.draining})

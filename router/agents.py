@@ -42,6 +42,7 @@ class AgentService:
         clock: Callable[[], float],
         wall_clock: Callable[[], float] = time.time,
         run: str = "",
+        energy: EnergyService | None = None,
     ) -> None:
         self.ledger = ledger
         self.pool = pool
@@ -58,8 +59,8 @@ class AgentService:
         # within the ledger without an os.urandom call per anonymous request.
         self._one_turn_prefix = f"req-{uuid.uuid4().hex[:12]}-"
         self._one_turn_seq = 0
-        self.energy: EnergyService | None = None
-        """Set by the core: fills records with attributed energy before they are written."""
+        self.energy = energy
+        """Fills records with attributed energy before they are written (None: no energy)."""
 
     def _new(self, agent_id: str, *, ephemeral: bool = False, **kw: Any) -> Agent:
         now = self.clock()

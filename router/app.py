@@ -1,7 +1,11 @@
 """The aiohttp application: routes, error middleware, background tasks, lifecycle.
 
-:func:`create_app` is the one place the router is assembled; the CLI and the
-tests both use it (tests through :mod:`router.testing`).
+:func:`create_app` is the one place the router is assembled (the composition
+root): :class:`RouterCore` builds the state services, and this function hands each
+HTTP component — proxy, health checker, circuit breakers, public, control and admin
+APIs — exactly the services, settings and narrow core operations
+(:mod:`router.ports`) it uses. No component below this module sees the core.
+The CLI and the tests both use it (tests through :mod:`router.testing`).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ import contextlib
 import dataclasses
 import resource
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import aiohttp
@@ -28,9 +32,11 @@ from router.control_api import ControlApi
 from router.core import RouterCore
 from router.errors import RouterError, StateStoreError
 from router.health import HealthChecker
-from router.identity_mw import upstream_headers
+from router.identity_mw import IdentityResolver
 from router.openai_errors import error_response, from_router_error
-from router.proxy import ROUTES, Proxy
+from router.ports import Persist
+from router.proxy import ROUTES, Proxy, ProxyLimits
+from router.public_api import PublicApi
 from router.secrets_store import RouterCredentials, load_or_create_secret
 from router.server_limits import LimitedRunner, http_logger
 from router.store import StateStore
@@ -104,22 +110,67 @@ def create_app(
     core = RouterCore(
         config, secret=secret, store=store, records=records, clock=clock, wall_clock=wall_clock
     )
-    for inst in core.pool:
+    pool = core.pool
+    for inst in pool:
         credentials.write_daemon_file(inst.name)
     auth = ControlAuth(
         credentials,
-        lambda: [i.name for i in core.pool],
+        lambda: [i.name for i in pool],
         loopback_reads=config.control_token is None,
     )
     app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
     app[CORE_KEY] = core
     app[CREDENTIALS_KEY] = credentials
-    proxy = Proxy(core)
-    app[BREAKERS_KEY] = proxy.breakers
+    pump = core.admission.pump
+    breakers = CircuitBreakers(pool, core, pump, clock, config.timeouts)
+    app[BREAKERS_KEY] = breakers
+    identity = IdentityResolver(secret, config.identity_header, config.anonymous)
+    proxy = Proxy(
+        pool=pool,
+        ledger=core.ledger,
+        agents=core.agents,
+        placement=core.placement,
+        admission=core.admission,
+        energy=core.energy,
+        observations=core.observations,
+        metrics=core.metrics,
+        identity=identity,
+        breakers=breakers,
+        health=core,
+        clock=clock,
+        limits=ProxyLimits.from_config(config),
+    )
     for path in ROUTES:
         app.router.add_post(path, proxy.handle)
-    _add_routes(app, core, proxy, auth)
-    health = HealthChecker(core, lambda: proxy.session)
+
+    def upstream() -> aiohttp.ClientSession:
+        return proxy.session  # opened at start-up, after the wiring
+
+    public = PublicApi(
+        pool=pool,
+        listing=core,
+        metrics=core.metrics,
+        identity=identity,
+        identity_header=config.identity_header,
+        timeouts=config.timeouts,
+        session=upstream,
+    )
+    control = ControlApi(
+        auth,
+        agents=core.agents,
+        pool=pool,
+        ledger=core.ledger,
+        admission=core.admission,
+        energy=core.energy,
+        fleet=core.fleet,
+        listing=core,
+        persist=core.persist,
+        wall_clock=wall_clock,
+    )
+    app.router.add_routes(public.routes())
+    app.router.add_routes(control.routes())
+    app.router.add_routes(AdminApi(core, auth).routes())
+    health = HealthChecker(pool, core, pump, clock, config.timeouts, upstream)
     app[HEALTH_KEY] = health
 
     async def lifecycle(app: web.Application) -> AsyncIterator[None]:
@@ -139,7 +190,9 @@ def create_app(
         tasks: list[asyncio.Task[None]] = []
         if background:
             tasks.append(asyncio.create_task(health.run()))
-            tasks.append(asyncio.create_task(_maintenance(core, proxy.breakers.tick)))
+            steps = (breakers.tick, core.agents.expire_idle, core.admission.pump_all,
+                     core.energy.release)  # fmt: skip
+            tasks.append(asyncio.create_task(_maintenance(steps, core.persist)))
         try:
             yield
         finally:
@@ -163,8 +216,9 @@ def create_app(
     return app
 
 
-async def _maintenance(core: RouterCore, tick_breakers: Callable[[], None]) -> None:
-    """Idle expiry, local admission after a daemon goes stale, and persistence.
+async def _maintenance(steps: Sequence[Callable[[], object]], persist: Persist) -> None:
+    """Once a second: ``steps`` (breakers half-opening, idle expiry, local admission
+    after a daemon goes stale, energy release), then persistence.
 
     A failing write (full disk, read-only state directory) is logged once, when it
     starts failing, and once when it recovers; the unsaved changes stay queued.
@@ -173,14 +227,12 @@ async def _maintenance(core: RouterCore, tick_breakers: Callable[[], None]) -> N
     while True:
         await asyncio.sleep(MAINTENANCE_INTERVAL_S)
         try:
-            tick_breakers()
-            core.agents.expire_idle()
-            core.admission.pump_all()
-            core.energy.release()
+            for step in steps:
+                step()
         except Exception:
             log.exception("maintenance_failed")
         try:
-            await core.persist()
+            await persist()
         except StateStoreError as exc:
             if not failing:
                 log.error(
@@ -222,56 +274,3 @@ def raise_nofile_limit() -> int:
 def publish_credentials(app: web.Application, port: int) -> None:
     """Make the credentials discoverable by local clients of ``port`` (after binding)."""
     app[CREDENTIALS_KEY].publish(port)
-
-
-def _add_routes(app: web.Application, core: RouterCore, proxy: Proxy, auth: ControlAuth) -> None:
-    async def health(_request: web.Request) -> web.Response:
-        eligible = core.pool.eligible()
-        return web.json_response(
-            {"status": "ok" if eligible else "unavailable", "instances": core.instances_json()},
-            status=200 if eligible else 503,
-        )
-
-    async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=core.metrics.render(), content_type="text/plain", charset="utf-8")
-
-    async def models(request: web.Request) -> web.Response:
-        return await _merged_models(request, core, proxy)
-
-    app.router.add_get("/health", health)
-    app.router.add_get("/metrics", metrics)
-    app.router.add_get("/v1/models", models)
-    app.router.add_routes(ControlApi(core, auth).routes())
-    app.router.add_routes(AdminApi(core, auth).routes())
-
-
-async def _merged_models(request: web.Request, core: RouterCore, proxy: Proxy) -> web.Response:
-    """``/v1/models`` of every eligible instance, merged by model id."""
-    cfg = core.config
-    ident = proxy.identity.resolve(request.headers)
-    headers = upstream_headers(request.headers, ident, cfg.identity_header, "models")
-    timeout = aiohttp.ClientTimeout(total=cfg.timeouts.health_timeout_s * 2)
-
-    async def fetch(url: str) -> tuple[int, Any]:
-        try:
-            async with proxy.session.get(
-                url + "/v1/models", headers=headers, timeout=timeout
-            ) as resp:
-                return resp.status, await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
-            return 0, None
-
-    results = await asyncio.gather(*(fetch(i.base_url) for i in core.pool.eligible()))
-    merged: dict[str, Any] = {}
-    for status, body in results:
-        if status == 401:
-            return error_response(401, "backend rejected the API key", code="invalid_api_key",
-                                  err_type="authentication_error")  # fmt: skip
-        if status == 200 and isinstance(body, dict) and isinstance(body.get("data"), list):
-            for model in body["data"]:
-                if isinstance(model, dict) and isinstance(model.get("id"), str):
-                    merged.setdefault(model["id"], model)
-    if not merged and not any(s == 200 for s, _ in results):
-        return error_response(503, "no backend answered /v1/models", err_type="server_error",
-                              code="no_healthy_backend")  # fmt: skip
-    return web.json_response({"object": "list", "data": list(merged.values())})

@@ -16,21 +16,35 @@ from collections.abc import Callable
 
 import structlog
 
-from router.core import RouterCore
-from router.instances import Instance
+from router.config import TimeoutSettings
+from router.instances import Instance, InstancePool
+from router.ports import Evacuator, Pump
 
 log = structlog.get_logger("kairos.router.breaker")
 
 
 class CircuitBreakers:
-    """Breaker state of every instance (pure bookkeeping plus the core's evacuation)."""
+    """Breaker state of every instance (pure bookkeeping plus the core's evacuation).
 
-    def __init__(self, core: RouterCore, clock: Callable[[], float]) -> None:
-        t = core.config.timeouts
-        self.core = core
+    Handed only what it touches: the pool (is another instance eligible? which
+    breakers to half-open), the evacuation to run when one opens, and the hold
+    queue pump to run when one half-opens.
+    """
+
+    def __init__(
+        self,
+        pool: InstancePool,
+        evacuator: Evacuator,
+        pump: Pump,
+        clock: Callable[[], float],
+        timeouts: TimeoutSettings,
+    ) -> None:
+        self._pool = pool
+        self._evacuator = evacuator
+        self._pump = pump
         self.clock = clock
-        self.failures = t.breaker_failures
-        self.open_s = t.breaker_open_s
+        self.failures = timeouts.breaker_failures
+        self.open_s = timeouts.breaker_open_s
         self._streak: dict[str, int] = {}
         self._open_until: dict[str, float] = {}
 
@@ -42,13 +56,13 @@ class CircuitBreakers:
         streak = self._streak.get(inst.name, 0) + 1
         self._streak[inst.name] = streak
         if streak >= self.failures and not inst.breaker_open:
-            if not any(i.eligible for i in self.core.pool if i is not inst):
+            if not any(i.eligible for i in self._pool if i is not inst):
                 return  # the last instance left: failing fast would only turn errors into 503s
             inst.breaker_open = True
             self._open_until[inst.name] = self.clock() + self.open_s
             log.warning("breaker_opened", instance=inst.name, reason=reason, failures=streak,
                         open_s=self.open_s)  # fmt: skip
-            self.core.evacuate(inst.name, ongoing_too=True, reason="breaker")
+            self._evacuator.evacuate(inst.name, ongoing_too=True, reason="breaker")
 
     def tick(self) -> None:
         """Half-open every breaker whose time is up (called each maintenance second)."""
@@ -57,8 +71,8 @@ class CircuitBreakers:
             if now < until:
                 continue
             del self._open_until[name]
-            inst = self.core.pool.get(name)
+            inst = self._pool.get(name)
             if inst is not None and inst.breaker_open:
                 inst.breaker_open = False
                 log.info("breaker_half_open", instance=name)
-                self.core.admission.pump(inst)
+                self._pump(inst)

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -18,10 +19,16 @@ from aiohttp import web
 from kairos_common.errors import WireFormatError
 from kairos_common.identity import end_key_matches
 from kairos_common.wire import API_PREFIX, AdmissionDecision, AgentEnd, AgentStart
+from router.admission import AdmissionService
+from router.agents import AgentService
 from router.auth import ControlAuth, Role
-from router.core import RouterCore
+from router.energy import EnergyService
 from router.errors import BadRequestError, ForbiddenError, StateStoreError
+from router.fleet_budget import FleetBudgetService
+from router.instances import InstancePool
 from router.json_body import parse_json, read_body
+from router.ledger import Ledger
+from router.ports import InstanceListing, Persist
 
 CONTROL_BODY_LIMIT = 1 << 20
 """Control messages are small; a decision with thousands of admits is ~100 KB."""
@@ -42,11 +49,37 @@ async def read_json_object(request: web.Request, read_timeout_s: float = 10.0) -
 
 
 class ControlApi:
-    """Handlers; every write checks its role first, before reading the body."""
+    """Handlers; every write checks its role first, before reading the body.
 
-    def __init__(self, core: RouterCore, auth: ControlAuth) -> None:
-        self.core = core
+    Handed the services behind its routes (agents, pool, admission, energy, the
+    optional fleet budget, the ledger for in-flight ages), the instance listing,
+    the persist operation (durable acknowledgements) and the wall clock (skew check).
+    """
+
+    def __init__(
+        self,
+        auth: ControlAuth,
+        *,
+        agents: AgentService,
+        pool: InstancePool,
+        ledger: Ledger,
+        admission: AdmissionService,
+        energy: EnergyService,
+        fleet: FleetBudgetService | None,
+        listing: InstanceListing,
+        persist: Persist,
+        wall_clock: Callable[[], float],
+    ) -> None:
         self.auth = auth
+        self._agents = agents
+        self._pool = pool
+        self._ledger = ledger
+        self._admission = admission
+        self._energy = energy
+        self._fleet = fleet
+        self._listing = listing
+        self._persist = persist
+        self._wall_clock = wall_clock
 
     def routes(self) -> list[web.RouteDef]:
         p = API_PREFIX
@@ -72,7 +105,7 @@ class ControlApi:
             msg = AgentStart.from_json(await read_json_object(request))
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
-        started = self.core.agents.start(msg)
+        started = self._agents.start(msg)
         await self._durable()
         return web.json_response(started.to_json())
 
@@ -87,10 +120,10 @@ class ControlApi:
         # Every id-tracker holds the lifecycle credential; only the one that started
         # this agent holds its end key. The admin may end any agent.
         if who.role is Role.LIFECYCLE and not end_key_matches(
-            agent_id, msg.end_key, self.core.agents.secret
+            agent_id, msg.end_key, self._agents.secret
         ):
             raise ForbiddenError("ending an agent needs the end key its start returned")
-        self.core.agents.end(agent_id, msg)
+        self._agents.end(agent_id, msg)
         await self._durable()
         return web.json_response({"ok": True})
 
@@ -100,46 +133,46 @@ class ControlApi:
         one. A failing disk does not fail the call: the change stays queued and
         the maintenance loop retries (and logs) it."""
         try:
-            await self.core.persist()
+            await self._persist()
         except StateStoreError:
             return
 
     async def agent_status(self, request: web.Request) -> web.Response:
         self._read(request)
-        return web.json_response(self.core.agents.status(request.match_info["agent_id"]))
+        return web.json_response(self._agents.status(request.match_info["agent_id"]))
 
     async def list_instances(self, request: web.Request) -> web.Response:
         self._read(request)
-        return web.json_response({"instances": self.core.instances_json()})
+        return web.json_response({"instances": self._listing.instances_json()})
 
     async def instance_state(self, request: web.Request) -> web.Response:
         self._read(request)
-        inst = self.core.pool.resolve(request.match_info["name"])
-        return web.json_response(self.core.admission.state(inst).to_json())
+        inst = self._pool.resolve(request.match_info["name"])
+        return web.json_response(self._admission.state(inst).to_json())
 
     async def decision(self, request: web.Request) -> web.Response:
         # Only this instance's daemon: neither admin nor another instance's daemon.
         who = self.auth.require(request, Role.DAEMON)
-        inst = self.core.pool.resolve(request.match_info["name"])
+        inst = self._pool.resolve(request.match_info["name"])
         if who.instance != inst.name:
             raise ForbiddenError("a daemon credential is valid for its own instance only")
         try:
             decision = AdmissionDecision.from_json(await read_json_object(request))
         except WireFormatError as exc:
             raise BadRequestError(str(exc)) from None
-        if decision.daemon_start_unix_s > self.core.wall_clock() + FUTURE_SKEW_S:
+        if decision.daemon_start_unix_s > self._wall_clock() + FUTURE_SKEW_S:
             # Decisions apply in (start, epoch) order: a start in the future would
             # make every later decision of the real daemon look stale.
             raise BadRequestError("decision's daemon_start_unix_s is in the future")
-        if self.core.pool.resolve(decision.instance) is not inst:
+        if self._pool.resolve(decision.instance) is not inst:
             raise BadRequestError("decision names a different instance than the URL")
-        ack = self.core.admission.apply_decision(decision)
+        ack = self._admission.apply_decision(decision)
         if ack.accepted:
-            since = self.core.in_flight_since(inst.name)
-            self.core.energy.on_decision(inst.name, decision, since)
-        fleet = self.core.fleet
+            since = self._ledger.in_flight_since(inst.name)
+            self._energy.on_decision(inst.name, decision, since)
+        fleet = self._fleet
         if fleet is not None:
-            names = [i.name for i in self.core.pool]
+            names = [i.name for i in self._pool]
             if ack.accepted:
                 cap, conflict = fleet.on_decision(inst.name, decision, names)
             else:  # a repeat: the cap in force still holds
@@ -150,6 +183,6 @@ class ControlApi:
     async def fleet(self, request: web.Request) -> web.Response:
         """The fleet power budget: cap, predicted and measured W, per-instance caps."""
         self._read(request)
-        if self.core.fleet is None:
+        if self._fleet is None:
             return web.json_response({"enabled": False, "cap_w": None, "instances": {}})
-        return web.json_response(self.core.fleet.state([i.name for i in self.core.pool]))
+        return web.json_response(self._fleet.state([i.name for i in self._pool]))

@@ -1,8 +1,16 @@
-"""Composition root of the router's state: builds every service once and wires them.
+"""The router's state services, built once and wired together (the composition
+root's first half; :func:`router.app.create_app` is the second).
 
 Also owns the operations that touch several services at once: adding, removing
 and draining instances, evacuating agents from an instance that died, health
-transitions, and persisting/restoring the ledger.
+transitions, the instance listing, and persisting/restoring the ledger.
+
+Nothing below the composition root receives this object whole: the HTTP
+components are handed the individual services, and the core itself only as one
+of the narrow Protocols of :mod:`router.ports` (``HealthSink``, ``Evacuator``,
+``InstanceAdmin``, ``InstanceListing``) or as a bound method (``persist``). A
+service locator would let any component reach any state, hiding which parts
+depend on which; the constructors now say it.
 """
 
 from __future__ import annotations
@@ -44,7 +52,6 @@ class RouterCore:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
-        self.secret = secret
         self.store = store
         self.clock = clock
         self.wall_clock = wall_clock
@@ -77,6 +84,15 @@ class RouterCore:
         self.placement = PlacementService.from_settings(
             config.placement, self.pool, self.ledger, self.metrics, self.admission
         )
+        self.energy = EnergyService(
+            self.metrics.registry,
+            write=records.write if records is not None else None,
+            is_live=lambda agent_id: self.ledger.get(agent_id) is not None,
+            clock=clock,
+            wall_clock=wall_clock,
+            run=config.run,
+            idle_power_w=config.energy_idle_power_w,
+        )
         self.agents = AgentService(
             self.ledger,
             self.pool,
@@ -89,17 +105,8 @@ class RouterCore:
             run=config.run,
             clock=clock,
             wall_clock=wall_clock,
+            energy=self.energy,
         )
-        self.energy = EnergyService(
-            self.metrics.registry,
-            write=records.write if records is not None else None,
-            is_live=lambda agent_id: self.ledger.get(agent_id) is not None,
-            clock=clock,
-            wall_clock=wall_clock,
-            run=config.run,
-            idle_power_w=config.energy_idle_power_w,
-        )
-        self.agents.energy = self.energy
         self.metrics.attach_state(self.gauges)
         self.fleet: FleetBudgetService | None = None
         if config.fleet_budget.cap_w is not None:
@@ -126,20 +133,6 @@ class RouterCore:
             )
             for i in self.pool
         ]
-
-    def in_flight_since(self, instance: str) -> float | None:
-        """When the oldest request in flight on ``instance`` began (None: none is),
-        called once per epoch. An agent's ``last_seen_s`` is its latest request's
-        start while one is in flight (later than the oldest when it runs several)."""
-        ledger = self.ledger
-        return min(
-            (
-                a.last_seen_s
-                for a in map(ledger.get, ledger.ongoing_ids(instance))
-                if a is not None and a.in_flight > 0 and a.admitted
-            ),
-            default=None,
-        )
 
     def instances_json(self) -> list[dict[str, object]]:
         return [

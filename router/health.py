@@ -2,7 +2,8 @@
 
 Each round GETs ``/health`` of every instance concurrently (bounded by
 ``health_timeout_s``); ``unhealthy_after_failures`` consecutive failures mark an
-instance unhealthy and its agents are moved (:meth:`RouterCore.mark_health`). One
+instance unhealthy and its agents are moved (:meth:`RouterCore.mark_health`, reached
+through the :class:`router.ports.HealthSink` it is handed). One
 success marks it healthy again. ``/metrics`` is scraped when the capacity is not
 known yet and every ``metrics_interval_s`` after that, for ``U_max`` from
 ``vllm:cache_config_info`` (parsed by :mod:`kairos_common.vllm_metrics`).
@@ -17,18 +18,33 @@ import aiohttp
 import structlog
 
 from kairos_common.vllm_metrics import MetricsParseError, parse_vllm_metrics
-from router.core import RouterCore
-from router.instances import Instance
+from router.config import TimeoutSettings
+from router.instances import Instance, InstancePool
+from router.ports import HealthSink, Pump
 
 log = structlog.get_logger("kairos.router.health")
 
 
 class HealthChecker:
-    def __init__(self, core: RouterCore, session: Callable[[], aiohttp.ClientSession]) -> None:
-        self.core = core
+    """Handed the pool it checks, where health observations go, the hold-queue pump
+    (a learned capacity may admit held agents), a clock and its timeouts."""
+
+    def __init__(
+        self,
+        pool: InstancePool,
+        sink: HealthSink,
+        pump: Pump,
+        clock: Callable[[], float],
+        timeouts: TimeoutSettings,
+        session: Callable[[], aiohttp.ClientSession],
+    ) -> None:
+        self._pool = pool
+        self._sink = sink
+        self._pump = pump
+        self._clock = clock
+        self._timeouts = timeouts
         self._session = session
-        t = core.config.timeouts
-        self._timeout = aiohttp.ClientTimeout(total=t.health_timeout_s)
+        self._timeout = aiohttp.ClientTimeout(total=timeouts.health_timeout_s)
         self._last_metrics_s: dict[str, float] = {}
         self._bad_metrics: set[str] = set()
         self._failed: set[str] = set()
@@ -39,7 +55,7 @@ class HealthChecker:
         One instance's failure, whatever it is, never stops the others' checks nor
         the loop: it is logged once (until that instance's check works again).
         """
-        await asyncio.gather(*(self._guarded(inst) for inst in self.core.pool))
+        await asyncio.gather(*(self._guarded(inst) for inst in self._pool))
 
     async def _guarded(self, inst: Instance) -> None:
         try:
@@ -60,9 +76,9 @@ class HealthChecker:
                 ok = r.status == 200
         except (aiohttp.ClientError, TimeoutError):
             ok = False
-        if self.core.pool.get(inst.name) is not inst:
+        if self._pool.get(inst.name) is not inst:
             return  # removed while we were checking
-        self.core.mark_health(inst, ok)
+        self._sink.mark_health(inst, ok)
         if ok and self._metrics_due(inst):
             await self.scrape_metrics(inst)
 
@@ -70,12 +86,12 @@ class HealthChecker:
         if inst.metrics_capacity_tokens is None and inst.metrics_enabled is not False:
             return True
         last = self._last_metrics_s.get(inst.name)
-        interval = self.core.config.timeouts.metrics_interval_s
-        return last is None or self.core.clock() - last >= interval
+        interval = self._timeouts.metrics_interval_s
+        return last is None or self._clock() - last >= interval
 
     async def scrape_metrics(self, inst: Instance) -> None:
         """Learn ``U_max`` from the backend's ``/metrics``; absence is logged once."""
-        self._last_metrics_s[inst.name] = self.core.clock()
+        self._last_metrics_s[inst.name] = self._clock()
         try:
             async with self._session().get(inst.base_url + "/metrics", timeout=self._timeout) as r:
                 if r.status != 200:
@@ -109,10 +125,10 @@ class HealthChecker:
         if learned and learned != inst.metrics_capacity_tokens:
             inst.metrics_capacity_tokens = learned
             log.info("instance_capacity", instance=inst.name, capacity_tokens=learned)
-            self.core.admission.pump(inst)
+            self._pump(inst)
 
     async def run(self) -> None:
-        interval = self.core.config.timeouts.health_interval_s
+        interval = self._timeouts.health_interval_s
         while True:
             try:
                 await self.check_once()

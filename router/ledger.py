@@ -150,6 +150,21 @@ class Ledger:
     def ongoing_ids(self, instance: str) -> set[str]:
         return self._ongoing.get(instance, set())
 
+    def in_flight_since(self, instance: str) -> float | None:
+        """When the oldest request in flight on ``instance`` began (None: none is),
+        called once per daemon epoch for energy attribution. An agent's
+        ``last_seen_s`` is its latest request's start while one is in flight (later
+        than the oldest when it runs several)."""
+        agents = self.agents
+        return min(
+            (
+                a.last_seen_s
+                for a in map(agents.get, self.ongoing_ids(instance))
+                if a is not None and a.in_flight > 0 and a.admitted
+            ),
+            default=None,
+        )
+
     def usage_tokens(self, instance: str) -> int:
         """``U_i``: Σ C_a over the instance's ongoing agents (a running sum)."""
         return self._usage.get(instance, 0)

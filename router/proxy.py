@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,9 +36,11 @@ import structlog
 from aiohttp import web
 from yarl import URL
 
+from router.admission import AdmissionService
+from router.agents import AgentService
 from router.breaker import CircuitBreakers
-from router.core import RouterCore
-from router.energy import ONE_TURN
+from router.config import RouterConfig, TimeoutSettings
+from router.energy import ONE_TURN, EnergyService
 from router.errors import (
     AuthenticationError,
     BadRequestError,
@@ -47,12 +50,16 @@ from router.errors import (
     UpstreamTimeoutError,
 )
 from router.identity_mw import IdentityResolver, KeyChecker, upstream_headers
-from router.instances import Instance
+from router.instances import Instance, InstancePool
 from router.json_body import parse_json, read_body
-from router.ledger import Agent
-from router.observations import observation
-from router.openai_errors import from_router_error, sse_error_event
-from router.streaming import SseUsageFilter, Usage, usage_from_body
+from router.ledger import Agent, Ledger
+from router.metrics import RouterMetrics
+from router.observations import ObservationLog, observation
+from router.openai_errors import from_router_error
+from router.placement_service import PlacementService
+from router.ports import HealthSink
+from router.relay import Outcome, relay
+from router.streaming import Usage
 
 log = structlog.get_logger("kairos.router.proxy")
 
@@ -63,23 +70,31 @@ ROUTES = {
     "/v1/messages": "messages",
 }
 _USAGE_INJECTABLE = frozenset({"chat", "completions"})
-_DROP_RESPONSE = frozenset(
-    {"content-length", "transfer-encoding", "connection", "keep-alive", "date", "server",
-     "content-encoding"}
-)  # fmt: skip
 _INJECT_PREFIX = b'{"stream_options":{"include_usage":true},'
-_RESCHEDULE_EVERY_S = 1.0
-_ERROR_WRITE_S = 5.0
 _URL_CACHE_MAX = 1024
 
 
-@dataclass(slots=True)
-class _Outcome:
-    status: int
-    usage: Usage | None
-    estimated_completion: int
-    first_data_s: float | None = None
-    t_sent_s: float | None = None
+@dataclass(frozen=True, slots=True)
+class ProxyLimits:
+    """The part of :class:`RouterConfig` the proxy enforces per request."""
+
+    timeouts: TimeoutSettings
+    max_body_bytes: int
+    max_attempts: int
+    max_waiting_per_agent: int
+    retry_after_s: float
+    identity_header: str
+
+    @classmethod
+    def from_config(cls, cfg: RouterConfig) -> ProxyLimits:
+        return cls(
+            timeouts=cfg.timeouts,
+            max_body_bytes=cfg.max_body_bytes,
+            max_attempts=cfg.max_attempts,
+            max_waiting_per_agent=cfg.max_waiting_per_agent,
+            retry_after_s=cfg.admission.retry_after_s,
+            identity_header=cfg.identity_header,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,28 +121,56 @@ def _check_body(obj: Any) -> None:
 
 
 class Proxy:
-    """aiohttp handlers for the OpenAI/Anthropic inference routes."""
+    """aiohttp handlers for the OpenAI/Anthropic inference routes.
 
-    def __init__(self, core: RouterCore) -> None:
-        self.core = core
+    Handed, by the composition root, the services a request passes through and
+    nothing else: every one is bound as an attribute here, so the hot path pays one
+    attribute load per collaborator (no ``core.x.y`` chains, no indirection).
+    """
+
+    def __init__(
+        self,
+        *,
+        pool: InstancePool,
+        ledger: Ledger,
+        agents: AgentService,
+        placement: PlacementService,
+        admission: AdmissionService,
+        energy: EnergyService,
+        observations: ObservationLog,
+        metrics: RouterMetrics,
+        identity: IdentityResolver,
+        breakers: CircuitBreakers,
+        health: HealthSink,
+        clock: Callable[[], float],
+        limits: ProxyLimits,
+    ) -> None:
+        self._pool = pool
+        self._ledger = ledger
+        self._agents = agents
+        self._placement = placement
+        self._admission = admission
+        self._energy = energy
+        self._observations = observations
+        self._metrics = metrics
+        self.identity = identity
+        self.breakers = breakers
+        self._health = health
+        self._clock = clock
+        self._limits = limits
+        self._identity_header = limits.identity_header
         self._session: aiohttp.ClientSession | None = None
-        cfg = core.config
-        self.timeouts = cfg.timeouts
-        self.max_body = cfg.max_body_bytes
+        self.timeouts = t = limits.timeouts
+        self.max_body = limits.max_body_bytes
         # aiohttp's own timers bound connect and every socket read (first byte, body)
         # without an asyncio.timeout per request; streams add the tighter idle bound.
         self._upstream_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=cfg.timeouts.connect_s, sock_read=cfg.timeouts.first_byte_s
+            total=None, sock_connect=t.connect_s, sock_read=t.first_byte_s
         )
-        m = core.metrics
-        self.identity = IdentityResolver(
-            core.secret, core.config.identity_header, core.config.anonymous
-        )
-        self.breakers = CircuitBreakers(core, core.clock)
-        self.keys = KeyChecker(core.clock)
+        self.keys = KeyChecker(clock)
         self._request_prefix = f"kr-{uuid.uuid4().hex[:12]}"
         self._request_seq = 0
-        self._overhead = {r: m.overhead.labels(r) for r in ROUTES.values()}
+        self._overhead = {r: metrics.overhead.labels(r) for r in ROUTES.values()}
         # Requests being forwarded to or relayed from each instance: the ``running``
         # count of an observation, without a pass over the instance's agents.
         self._running: dict[str, int] = {}
@@ -160,17 +203,17 @@ class Proxy:
         try:
             return await self._handle(request, route, request_id)
         except RouterError as exc:
-            self.core.metrics.errors.labels(route, exc.code).inc()
-            self.core.metrics.requests.labels(route, str(exc.status)).inc()
+            m = self._metrics
+            m.errors.labels(route, exc.code).inc()
+            m.requests.labels(route, str(exc.status)).inc()
             return from_router_error(exc, anthropic=anthropic, request_id=request_id)
 
     async def _handle(
         self, request: web.Request, route: str, request_id: str
     ) -> web.StreamResponse:
-        core = self.core
-        t0 = core.clock()
+        clock = self._clock
+        t0 = clock()
         body, obj = await self._read_json(request)
-        cfg = core.config
         ident = self.identity.resolve(request.headers)
         stream = obj.get("stream") is True
         inject = False
@@ -183,22 +226,24 @@ class Proxy:
                 obj["stream_options"] = {**(options or {}), "include_usage": True}
                 body = json.dumps(obj).encode()
                 inject = True
-        agent = core.agents.for_request(ident.agent_id)
+        agents = self._agents
+        admission = self._admission
+        agent = agents.for_request(ident.agent_id)
         agent.in_flight += 1
         agent.last_seen_s = t0
         try:
             if agent.context_tokens is None:
                 # Sized before placement: fleet admission places the newcomer where
                 # its prompt is admitted now (controllers/admission.py), bounded.
-                core.ledger.set_estimate(agent, core.admission.estimate_tokens(len(body)))
+                self._ledger.set_estimate(agent, admission.estimate_tokens(len(body)))
             self._place(agent)
-            headers = upstream_headers(request.headers, ident, cfg.identity_header, request_id)
-            if core.admission.admit_now(agent):
+            headers = upstream_headers(request.headers, ident, self._identity_header, request_id)
+            if admission.admit_now(agent):
                 held_s = 0.0
             else:
                 held_s = await self._wait_admission(agent, headers)
-            self._overhead[route].observe(core.clock() - t0 - held_s)
-            finished: list[_Outcome] = []  # set by the relay once the upstream finished
+            self._overhead[route].observe(clock() - t0 - held_s)
+            finished: list[Outcome] = []  # set by the relay once the upstream finished
             try:
                 resp, outcome = await self._forward(request, agent, body, headers, inject, finished)
             except asyncio.CancelledError:
@@ -212,25 +257,25 @@ class Proxy:
             return resp
         finally:
             agent.in_flight -= 1
-            agent.last_seen_s = core.clock()
-            core.agents.request_done(agent)
+            agent.last_seen_s = clock()
+            agents.request_done(agent)
 
     async def _wait_admission(self, agent: Agent, headers: dict[str, str]) -> float:
         """Wait for admission, with two guards for requests that really wait: a bound
         per agent, and a key the backend accepts (a bogus key must not keep a queue
         slot). The key is asked about only if the agent did not pass at once."""
-        core = self.core
-        if agent.in_flight > core.config.max_waiting_per_agent:
+        limits = self._limits
+        if agent.in_flight > limits.max_waiting_per_agent:
             raise TooManyRequestsError(
-                f"agent has more than {core.config.max_waiting_per_agent} requests "
+                f"agent has more than {limits.max_waiting_per_agent} requests "
                 "waiting for admission",
-                retry_after_s=core.config.admission.retry_after_s,
+                retry_after_s=limits.retry_after_s,
             )
-        inst = core.pool.get(agent.instance)
+        inst = self._pool.get(agent.instance)
         base = inst.base_url if inst is not None else None
         if base is not None and self.keys.known(base, headers) is False:
             raise AuthenticationError("the backend rejected this API key")
-        wait = asyncio.create_task(core.admission.wait_admitted(agent))
+        wait = asyncio.create_task(self._admission.wait_admitted(agent))
         await asyncio.sleep(0)  # the admission fast path completes in this step
         if wait.done() or base is None or self.keys.known(base, headers) is not None:
             return await wait
@@ -246,7 +291,7 @@ class Proxy:
             raise AuthenticationError("the backend rejected this API key")
         return await wait
 
-    def _observe(self, inst_name: str, usage: Usage | None, outcome: _Outcome) -> None:
+    def _observe(self, inst_name: str, usage: Usage | None, outcome: Outcome) -> None:
         """Keep a streamed request with exact usage for the online model (issue 10)."""
         if (
             usage is None
@@ -256,35 +301,32 @@ class Proxy:
             or not inst_name
         ):
             return
-        core = self.core
-        ledger = core.ledger
         running = self._running.get(inst_name, 0) + 1  # this request has left the count
-        core.observations.record(
+        self._observations.record(
             inst_name,
             observation(
                 t_sent_s=outcome.t_sent_s,
                 first_data_s=outcome.first_data_s,
-                end_s=core.clock(),
+                end_s=self._clock(),
                 prompt_tokens=usage.prompt_tokens or 0,
                 cached_tokens=usage.cached_tokens or 0,
                 completion_tokens=usage.completion_tokens or 0,
                 running=max(running, 1),
-                active_context_tokens=ledger.usage_tokens(inst_name),
+                active_context_tokens=self._ledger.usage_tokens(inst_name),
             ),
         )
 
     def _place(self, agent: Agent) -> None:
-        core = self.core
-        inst = core.pool.get(agent.instance)
+        inst = self._pool.get(agent.instance)
         if inst is not None and inst.eligible:
-            core.placement.maybe_reassign(agent)
+            self._placement.maybe_reassign(agent)
             return
         was_admitted = agent.admitted and inst is not None
-        target = core.placement.choose(agent)
+        target = self._placement.choose(agent)
         if was_admitted:
-            core.ledger.set_ongoing(agent, target.name)
+            self._ledger.set_ongoing(agent, target.name)
         else:
-            core.ledger.place(agent, target.name)
+            self._ledger.place(agent, target.name)
 
     async def _forward(
         self,
@@ -293,15 +335,15 @@ class Proxy:
         body: bytes,
         headers: dict[str, str],
         inject: bool,
-        finished: list[_Outcome],
-    ) -> tuple[web.StreamResponse, _Outcome]:
-        core = self.core
+        finished: list[Outcome],
+    ) -> tuple[web.StreamResponse, Outcome]:
         tried: set[str] = set()
         last_error = "no attempt"
-        attempts = core.config.max_attempts
+        attempts = self._limits.max_attempts
         running = self._running
+        pool = self._pool
         for attempt in range(attempts):
-            inst = core.pool.get(agent.instance)
+            inst = pool.get(agent.instance)
             if inst is None:
                 break
             tried.add(inst.name)
@@ -325,12 +367,12 @@ class Proxy:
         body: bytes,
         headers: dict[str, str],
         inject: bool,
-        finished: list[_Outcome],
+        finished: list[Outcome],
         last: bool,
-    ) -> tuple[web.StreamResponse, _Outcome] | _Retry:
+    ) -> tuple[web.StreamResponse, Outcome] | _Retry:
         """One try on ``inst``: the relayed response, or why another instance may try."""
-        core = self.core
-        t_sent = core.clock()
+        clock = self._clock
+        t_sent = clock()
         try:
             resp = await self.session.request(
                 request.method, self._url(inst.base_url, request.path_qs), data=body,
@@ -343,7 +385,7 @@ class Proxy:
             ) from None
         except aiohttp.ClientConnectorError as exc:
             # Refused / unreachable: nothing was sent, so a retry cannot duplicate.
-            core.mark_health(inst, ok=False)
+            self._health.mark_health(inst, ok=False)
             return _Retry(type(exc).__name__, "connect")
         except aiohttp.ClientError as exc:
             # Reset or closed after (part of) the request went out: it may be
@@ -352,7 +394,8 @@ class Proxy:
             raise UpstreamError(
                 f"instance {inst.name} dropped the connection ({type(exc).__name__})"
             ) from None
-        core.metrics.child(core.metrics.ttfb, inst.name).observe(core.clock() - t_sent)
+        m = self._metrics
+        m.child(m.ttfb, inst.name).observe(clock() - t_sent)
         if resp.status >= 500:
             self.breakers.failure(inst, f"http_{resp.status}")
             if resp.status == 503 and not last:
@@ -362,7 +405,10 @@ class Proxy:
             self.breakers.success(inst)
         done = False
         try:
-            result = await self._relay(request, resp, inject, headers["X-Request-Id"], finished)
+            result = await relay(
+                request, resp, inject, headers["X-Request-Id"], finished,
+                self.timeouts.idle_stream_s, clock,
+            )  # fmt: skip
             result[1].t_sent_s = t_sent
             done = True
             return result
@@ -383,119 +429,26 @@ class Proxy:
         return url
 
     def _retry_move(self, agent: Agent, source: str, reason: str, tried: set[str]) -> None:
-        core = self.core
-        core.metrics.retries.labels(source, reason).inc()
+        m = self._metrics
+        m.retries.labels(source, reason).inc()
         try:
-            target = core.placement.choose(agent, exclude=tried)
+            target = self._placement.choose(agent, exclude=tried)
         except RouterError:
             return
         if agent.admitted:
-            core.ledger.set_ongoing(agent, target.name)
-            core.metrics.reassignments.labels(source, target.name, "retry").inc()
+            self._ledger.set_ongoing(agent, target.name)
+            m.reassignments.labels(source, target.name, "retry").inc()
         else:
-            core.ledger.place(agent, target.name)
+            self._ledger.place(agent, target.name)
         log.info("upstream_retry", agent=agent.agent_id, source=source, target=target.name,
                  reason=reason)  # fmt: skip
 
-    async def _relay(
-        self,
-        request: web.Request,
-        resp: aiohttp.ClientResponse,
-        inject: bool,
-        request_id: str,
-        finished: list[_Outcome],
-    ) -> tuple[web.StreamResponse, _Outcome]:
-        """Relay the response; ``finished`` gets the outcome as soon as the upstream's
-        final usage has arrived (before our end of stream)."""
-        headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
-        if "X-Request-Id" not in resp.headers:
-            headers["X-Request-Id"] = request_id
-        idle_s = self.timeouts.idle_stream_s
-        if not resp.content_type.startswith("text/event-stream"):
-            try:
-                data = await resp.read()
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                raise UpstreamError(f"upstream body failed: {type(exc).__name__}") from None
-            out = web.Response(status=resp.status, body=data, headers=headers)
-            # Sent now, not when the handler returns: the client has its answer
-            # while the router accounts the request (a returned, already sent
-            # response is left alone by aiohttp). A client gone by now changes
-            # nothing: the backend did the work, so the turn is accounted.
-            with contextlib.suppress(ConnectionResetError):
-                await out.prepare(request)
-                await out.write_eof()
-            usage = usage_from_body(data) if resp.status == 200 else None
-            return out, _Outcome(resp.status, usage, max(1, len(data) // 8))
-        out_stream = web.StreamResponse(status=resp.status, headers=headers)
-        await out_stream.prepare(request)
-        filt = SseUsageFilter(strip_usage_event=inject)
-        loop = asyncio.get_running_loop()
-        read = resp.content.readany
-        next_reschedule = loop.time() + _RESCHEDULE_EVERY_S
-        first_data_s: float | None = None
-        writing = False
-        try:
-            # One timer bounds both sides: an upstream that goes quiet and a client
-            # that stops reading (its write never drains) are dropped after idle_s.
-            async with asyncio.timeout(idle_s) as idle:
-                while chunk := await read():
-                    if first_data_s is None:
-                        first_data_s = self.core.clock()
-                    data = filt.feed(chunk)
-                    if not finished and filt.usage.complete and resp.status == 200:
-                        est = filt.estimated_completion_tokens()
-                        finished.append(_Outcome(resp.status, filt.usage, est, first_data_s))
-                    if data:
-                        writing = True
-                        await out_stream.write(data)
-                        writing = False
-                    now = loop.time()
-                    if now >= next_reschedule:  # idle bound exact to within a second
-                        idle.reschedule(now + idle_s)
-                        next_reschedule = now + _RESCHEDULE_EVERY_S
-            rest = filt.flush()
-            if rest:
-                writing = True
-                await out_stream.write(rest)
-                writing = False
-        except (aiohttp.ClientError, TimeoutError, ConnectionResetError) as exc:
-            # aiohttp reports a client that went away as ClientConnectionResetError,
-            # a ClientError too: who failed is told by what we were doing.
-            if writing and isinstance(exc, ConnectionResetError):
-                log.info("client_disconnected", path=request.path)
-                if not filt.usage.complete:
-                    return out_stream, _Outcome(499, None, 0)
-                # The upstream finished (its usage arrived) and the client left as
-                # the last bytes went out: the work was done, so it is accounted.
-            elif writing and isinstance(exc, TimeoutError):
-                log.info("slow_client_dropped", path=request.path, idle_s=idle_s)
-                if request.transport is not None:
-                    request.transport.abort()
-                return out_stream, _Outcome(499, None, 0)
-            else:
-                log.warning("upstream_stream_failed", error=type(exc).__name__)
-                anthropic = request.path == "/v1/messages"
-                with contextlib.suppress(ConnectionResetError, TimeoutError):
-                    async with asyncio.timeout(_ERROR_WRITE_S):
-                        await out_stream.write(sse_error_event("upstream stream failed", anthropic))
-                        await out_stream.write_eof()
-                return out_stream, _Outcome(502, None, 0)
-        else:
-            with contextlib.suppress(ConnectionResetError):
-                # A client that read [DONE] may close before our end of stream: the
-                # request is complete all the same and must be accounted.
-                await out_stream.write_eof()
-        usage = filt.usage if filt.usage.complete else None
-        est = filt.estimated_completion_tokens()
-        return out_stream, _Outcome(resp.status, usage, est, first_data_s)
-
     def _account(
         self, agent: Agent, route: str, stream: bool, t0: float, held_s: float,
-        body_len: int, outcome: _Outcome,
+        body_len: int, outcome: Outcome,
     ) -> None:  # fmt: skip
-        core = self.core
-        m = core.metrics
-        latency = core.clock() - t0
+        m = self._metrics
+        latency = self._clock() - t0
         m.child(m.requests, route, str(outcome.status)).inc()
         m.child(m.latency, route, "true" if stream else "false").observe(latency)
         if outcome.status != 200:
@@ -513,16 +466,17 @@ class Proxy:
             completion = usage.completion_tokens or 0
         m.child(m.tokens, inst_name, "prompt").inc(prompt)
         m.child(m.tokens, inst_name, "completion").inc(completion)
-        core.ledger.record_completion(
+        self._ledger.record_completion(
             agent, prompt_tokens=prompt, completion_tokens=completion,
             latency_s=latency, estimated=estimated,
         )  # fmt: skip
-        core.energy.record(
+        self._energy.record(
             inst_name, ONE_TURN if agent.ephemeral else agent.agent_id, prompt,
             (usage.cached_tokens or 0) if usage is not None else 0, completion,
             t0 if outcome.t_sent_s is None else outcome.t_sent_s, outcome.first_data_s,
         )  # fmt: skip
         self._observe(inst_name, usage, outcome)
-        inst = core.pool.get(agent.instance)
-        if inst is not None and len(core.admission.queues.get(inst.name, ())):
-            core.admission.pump(inst)
+        inst = self._pool.get(agent.instance)
+        admission = self._admission
+        if inst is not None and len(admission.queues.get(inst.name, ())):
+            admission.pump(inst)
