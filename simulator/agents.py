@@ -17,6 +17,8 @@ from simulator.workload import AgentProgram, Turn
 
 class SimAgent:
     __slots__ = (
+        "_view",
+        "_view_key",
         "admitted",
         "arrival_s",
         "context_tokens",
@@ -58,6 +60,8 @@ class SimAgent:
         self.instance = instance
         self.instances: list[int] = [instance]
         self.admitted = False
+        self._view: AgentView | None = None
+        self._view_key: tuple[int, bool, bool] = (-1, False, False)
         self.held = False
         self.in_flight = False
         self.last_end_s: float | None = None
@@ -88,7 +92,14 @@ class SimAgent:
         return self.estimated_context_tokens
 
     def view(self) -> AgentView:
-        return AgentView(
+        """The controllers' view, rebuilt only when it changed: every field it
+        shows changes only with ``steps`` (:meth:`complete`), ``in_flight`` or
+        ``admitted`` (a snapshot asks every agent every epoch)."""
+        key = (self.steps, self.in_flight, self.admitted)
+        if self._view is not None and key == self._view_key:
+            return self._view
+        self._view_key = key
+        self._view = AgentView(
             agent_id=self.agent_id,
             arrival_s=self.arrival_s,
             context_tokens=self.context_tokens,
@@ -100,6 +111,7 @@ class SimAgent:
             in_flight=self.in_flight,
             last_active_s=self.last_end_s,
         )
+        return self._view
 
     def complete(self, t_s: float, prompt_tokens: int, output_tokens: int) -> None:
         """A request finished: update ``C_a`` and the Eq. 3 sums."""
