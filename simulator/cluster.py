@@ -229,8 +229,6 @@ class Cluster:
         # router's code (docs/energy.md); agent records get it at the end of the run.
         self.energy = EnergyAccountant()
         self._req_ids = itertools.count()
-        self._touched: list[int] = []
-        """Instances whose next event time must be asked again (see :meth:`run`)."""
 
     # ------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -239,24 +237,19 @@ class Cluster:
             if t < end:
                 self._push(t, _ARRIVAL, (self.workload.program(i), None))
         self._push(0.0, _EPOCH, 0)
-        engines = [inst.engine for inst in self.instances]
+        engines = [(inst, inst.engine) for inst in self.instances]
         heap = self._heap
         inf = float("inf")
-        # Each engine's next event time, recomputed only for the engines the last
-        # iteration touched (every call into an engine goes through _deliver).
-        times = [inf] * len(engines)
-        touched = self._touched
-        touched.extend(range(len(engines)))
         while True:
-            while touched:
-                i = touched.pop()
-                t_next = engines[i].next_event_time()
-                times[i] = inf if t_next is None else t_next
             t_heap = heap[0][0] if heap else inf
-            t_eng = min(times, default=inf)
-            if t_eng <= t_heap and t_eng <= end:
-                i = times.index(t_eng)  # the first of equals, as before
-                self._deliver(self.instances[i], engines[i].advance_to(t_eng))
+            t_eng = inf
+            which: tuple[_Instance, Engine] | None = None
+            for pair in engines:
+                t_next = pair[1].next_event_time()
+                if t_next is not None and t_next < t_eng:
+                    t_eng, which = t_next, pair
+            if which is not None and t_eng <= t_heap and t_eng <= end:
+                self._deliver(which[0], which[1].advance_to(t_eng))
                 continue
             if t_heap > end:
                 self._fill_energy()
@@ -281,8 +274,6 @@ class Cluster:
         heapq.heappush(self._heap, (t, next(self._seq), kind, payload))
 
     def _deliver(self, inst: _Instance, events: list[EngineEvent]) -> None:
-        """Queue ``inst``'s finishes; its next event time is stale from now on."""
-        self._touched.append(inst.index)
         for ev in events:
             if type(ev) is RequestFinished or type(ev) is RequestRejected:
                 heapq.heappush(self._heap, (ev.t_s, next(self._seq), _ENGINE, (inst.index, ev)))
