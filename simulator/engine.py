@@ -11,7 +11,8 @@ about thrashing is scripted: it emerges when running contexts outgrow the cache.
 The scheduler mirrors V1's: running requests first, in admission order (decodes
 need one token, partial prefills the rest of their prompt up to the budget);
 on allocation failure pop the *last* running request; waiting requests are
-admitted FCFS only in steps without preemption, head-of-line blocking.
+admitted FCFS only in steps without preemption, head-of-line blocking (the
+step itself: :mod:`simulator.engine_step`).
 
 Driving it (also how the fake vLLM server drives it in scaled real time)::
 
@@ -22,7 +23,12 @@ Driving it (also how the fake vLLM server drives it in scaled real time)::
 Steps whose start precedes ``t`` are executed whole, so returned events may be
 stamped slightly after ``t``. A run of pure-decode steps is fast-forwarded in
 closed form and split exactly when something external happens (a submission,
-a clock change) — the hot loop has no per-token Python work.
+a clock change) — the hot loop has no per-token Python work. Nor, with
+``fast_forward`` on, per-sequence work for decodes: the decoding sequences are a
+:class:`~simulator.engine_cohort.DecodeCohort` advanced by one counter, so a run
+or the decode part of a mixed step costs the same for 2 or 200 sequences
+(``fast_forward=False`` is the sequence-by-sequence reference the tests compare
+against).
 """
 
 from __future__ import annotations
