@@ -39,8 +39,14 @@ from controllers.types import RequestObservation
 FloatArray = npt.NDArray[np.float64]
 
 
-def nnls(a: FloatArray, b: FloatArray) -> FloatArray:
-    """``argmin ‖Ax − b‖₂ s.t. x ≥ 0`` (Lawson–Hanson, :func:`scipy.optimize.nnls`).
+def nnls(a: FloatArray, b: FloatArray, ridge: float = 0.0) -> FloatArray:
+    """``argmin ‖Ax − b‖₂² + λ‖x‖₂² s.t. x ≥ 0`` (Lawson–Hanson, :func:`scipy.optimize.nnls`).
+
+    ``ridge`` sets λ relative to the mean squared column norm of ``A`` (0: plain
+    NNLS). When ``A`` is rank-deficient the plain minimiser is not unique and which
+    one the solver returns depends on floating-point rounding; any λ > 0 makes the
+    problem strictly convex, so the answer is unique and, with λ well above
+    rounding, the same whatever the column order or the last bit of ``b``.
 
     A thin wrapper so the callers keep one name and one error for bad shapes;
     the solver is scipy's, which is maintained and tested far beyond what a
@@ -56,6 +62,12 @@ def nnls(a: FloatArray, b: FloatArray) -> FloatArray:
     b = np.asarray(b, dtype=np.float64)
     if a.ndim != 2 or b.ndim != 1 or a.shape[0] != b.shape[0]:
         raise InvalidSnapshotError(f"nnls needs A (m×n) and b (m), got {a.shape} {b.shape}")
+    if ridge > 0.0:
+        n = a.shape[1]
+        lam = ridge * float(np.einsum("ij,ij->", a, a)) / max(n, 1)
+        if lam > 0.0:  # a zero matrix has nothing to regularise
+            a = np.vstack([a, np.sqrt(lam) * np.eye(n)])
+            b = np.concatenate([b, np.zeros(n)])
     x, _residual = scipy_nnls(a, b)
     return np.asarray(x, dtype=np.float64)
 
@@ -75,6 +87,12 @@ class PerfModelConfig:
     window: int = 600
     refit_every: int = 20
     error_window: int = 200
+    ridge: float = 1e-6
+    """Tikhonov term of each fit, relative to the mean squared column norm (see
+    :func:`nnls`). While the model has seen one or two clocks its hinge columns are
+    proportional and plain NNLS picks among equally good fits by rounding (a
+    1e-13 change of the targets moved predicted slowdowns by 16×); 1e-6 makes
+    the fit unique and moves a well-posed fit's predicted slowdowns by < 1e-4."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +134,7 @@ class _Fit:
         # by 1/y so each observation counts as a percentage, not in seconds.
         w = 1.0 / np.maximum(b, 1e-6)
         scale = np.maximum(np.abs(a).max(axis=0), 1e-12)
-        coef = nnls(a * w[:, None] / scale, b * w) / scale
+        coef = nnls(a * w[:, None] / scale, b * w, self.config.ridge) / scale
         self.coef = coef
         self._since_fit = 0
 

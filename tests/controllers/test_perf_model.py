@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import numpy as np
@@ -59,6 +60,42 @@ def test_nnls_satisfies_kkt_on_infeasible_targets(seed: int) -> None:
 def test_nnls_rejects_bad_shapes() -> None:
     with pytest.raises(InvalidSnapshotError):
         nnls(np.ones((3, 2)), np.ones(4))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ridge_nnls_is_unique_on_rank_deficient_designs(seed: int) -> None:
+    """Proportional columns (as hinges are at one clock): plain NNLS may return any
+    of many minimisers; with a ridge, column order and the last bits of ``b`` do not
+    change the answer."""
+    rng = np.random.default_rng(seed)
+    base = rng.uniform(0.1, 1.0, (30, 3))
+    a = np.hstack([base, base[:, :1] * 2.0, base[:, 1:2] * 0.5, base[:, :1] * 3.0])
+    b = base @ np.array([1.0, 0.5, 2.0]) + rng.normal(0.0, 0.01, 30)
+    x = nnls(a, b, ridge=1e-6)
+    perm = rng.permutation(a.shape[1])
+    x_perm = np.empty_like(x)
+    x_perm[perm] = nnls(a[:, perm], b * (1 + 1e-13), ridge=1e-6)
+    np.testing.assert_allclose(x_perm, x, rtol=1e-8, atol=1e-12)
+    assert np.all(x >= 0)
+
+
+def test_a_model_that_saw_one_clock_predicts_the_same_whatever_the_rounding() -> None:
+    """Decisions of the predictive controller must not hang on rounding: a fit at
+    one clock extrapolates the same when the targets move in their 13th digit."""
+    obs = [dataclasses.replace(o, clock_mhz=1785) for o in synthetic_observations(60, seed=3)]
+    shape = RequestShape(2000, 10_000, 200, 8, 150_000)
+    predictions = []
+    for factor in (1.0, 1 + 1e-13, 1 - 3e-14):
+        model = OnlinePerfModel(KNOTS)
+        model.observe(
+            dataclasses.replace(
+                o, ttft_s=o.ttft_s * factor, decode_s_per_token=o.decode_s_per_token * factor
+            )
+            for o in obs
+        )
+        predictions.append([model.slowdown(shape, f, 1785) for f in KNOTS])
+    np.testing.assert_allclose(predictions[1], predictions[0], rtol=1e-9)
+    np.testing.assert_allclose(predictions[2], predictions[0], rtol=1e-9)
 
 
 def test_clock_features_are_convex_and_decreasing_in_clock() -> None:
