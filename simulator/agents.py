@@ -20,6 +20,7 @@ class SimAgent:
         "_view",
         "_view_key",
         "admitted",
+        "agent_id",
         "arrival_s",
         "context_tokens",
         "decode_tokens",
@@ -49,6 +50,8 @@ class SimAgent:
         estimated_context_tokens: int | None = None,
     ) -> None:
         self.program = program
+        self.agent_id = program.agent_id
+        """The program's id, copied: it is read several times per request."""
         self.estimated_context_tokens = (
             program.turns[0].prompt_tokens
             if estimated_context_tokens is None
@@ -76,10 +79,6 @@ class SimAgent:
         self.release_s = arrival_s
         self.next_turn = 0
         self.max_context_tokens = 0
-
-    @property
-    def agent_id(self) -> str:
-        return self.program.agent_id
 
     @property
     def turn(self) -> Turn:

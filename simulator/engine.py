@@ -258,7 +258,7 @@ class Engine:
             or not running
             or cohort.size != len(running)
             or self.aborted_running
-            or not self._waiting_blocked()
+            or (self.waiting and not self._waiting_blocked())
         ):
             return None
         steps = min(cohort.steps_left(), _MAX_RUN_STEPS)
@@ -319,10 +319,11 @@ class Engine:
             if k == run.steps
             else self.timing.decode_run(run.clock_mhz, n, run.context0, k)
         )
-        above_idle_j = self.account(run.clock_mhz, cost, k)
+        energy_j = self.account(run.clock_mhz, cost, k)
         if self.truth is not None:
             tick = cohort.tick
             keys = [(s.req.cache_key or s.req.request_id, s.cbase + tick) for s in self.running]
+            above_idle_j = self.above_idle_j(run.clock_mhz, cost, energy_j)
             self.truth.run(run.clock_mhz, cost, above_idle_j, keys, k)
         now = self.now_s = run.start_s + cost.time_s
         if not self.kv.allocate(cohort.need(k)):
@@ -339,8 +340,7 @@ class Engine:
         self._outbox.extend(events)
 
     def account(self, clock_mhz: int, cost: StepCost, steps: int) -> float:
-        """Add a step's (or a run's) energy; returns the part above the idle draw
-        (what :class:`~simulator.energy_truth.EnergyTruth` splits among its sequences)."""
+        """Add a step's (or a run's) energy; returns it."""
         energy = self.power.energy_j(clock_mhz, cost)
         t = cost.time_s
         if t > 0:
@@ -349,7 +349,12 @@ class Engine:
         counters = self.counters
         counters.steps += steps
         counters.busy_s += t
-        return energy - self.power.idle_w(clock_mhz) * t
+        return energy
+
+    def above_idle_j(self, clock_mhz: int, cost: StepCost, energy_j: float) -> float:
+        """The part of a step's ``energy_j`` above the idle draw (what
+        :class:`~simulator.energy_truth.EnergyTruth` splits among its sequences)."""
+        return energy_j - self.power.idle_w(clock_mhz) * cost.time_s
 
     def retire_all(self, t_s: float, events: list[EngineEvent]) -> None:
         """Finished (or aborted) sequences leave; their context stays cached."""

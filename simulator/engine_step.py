@@ -111,9 +111,9 @@ def reference_step(eng: Engine) -> Step:
             if seq.out - generated <= 0:
                 done.append(seq)
     eng.counters.generation_tokens += tokens
-    above_idle_j = eng.account(clock, cost, 1)
+    energy_j = eng.account(clock, cost, 1)
     if eng.truth is not None and truth is not None:
-        eng.truth.step(clock, cost, above_idle_j, truth)
+        eng.truth.step(clock, cost, eng.above_idle_j(clock, cost, energy_j), truth)
     step = Step(eng.now_s, end, events)
     eng.now_s = end
     if eng.aborted_running:

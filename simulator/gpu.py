@@ -61,7 +61,10 @@ class SimulatedGpu:
 
     def clock_at(self, t_s: float) -> int:
         """SM clock in effect at time ``t_s`` (not before the last query)."""
-        self._settle(t_s)
+        pending = self._pending  # _settle, inline: asked several times per step
+        if pending is not None and pending[0] <= t_s:
+            self._clock_mhz = pending[1]
+            self._pending = None
         return self._clock_mhz
 
     def next_change_s(self) -> float | None:

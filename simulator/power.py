@@ -44,7 +44,9 @@ class PowerModel:
         t = cost.time_s
         if t <= 0.0:
             return 0.0
-        dyn = self.dynamic_w(clock_mhz)
+        dyn = self._dynamic_cache.get(clock_mhz)
+        if dyn is None:
+            dyn = self.dynamic_w(clock_mhz)
         e = (p.idle_w + p.busy_static_w) * t
         e += p.mem_w * cost.mem_s
         e += dyn * (p.mem_bound_activity * (cost.mem_s + cost.fixed_s) + cost.comp_s)
