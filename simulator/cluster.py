@@ -319,7 +319,10 @@ class Cluster:
 
     def _rehome_held(self, t: float) -> None:
         """Held agents another instance admits now move there (fleet admission)."""
-        if not any(inst.pending for inst in self.instances):
+        for inst in self.instances:  # a loop, not any(genexpr): runs at every completion
+            if inst.pending:
+                break
+        else:
             return
         held = sorted(
             ((a.waiting_since_s, a) for inst in self.instances for a in inst.pending),
