@@ -49,6 +49,7 @@ class CircuitBreakers:
         self._open_until: dict[str, float] = {}
 
     def success(self, inst: Instance) -> None:
+        inst.last_answered_s = self.clock()
         if self._streak.pop(inst.name, 0) >= self.failures:
             log.info("breaker_closed", instance=inst.name)
 

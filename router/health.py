@@ -4,7 +4,9 @@ Each round GETs ``/health`` of every instance concurrently (bounded by
 ``health_timeout_s``); ``unhealthy_after_failures`` consecutive failures mark an
 instance unhealthy and its agents are moved (:meth:`RouterCore.mark_health`, reached
 through the :class:`router.ports.HealthSink` it is handed). One
-success marks it healthy again. ``/metrics`` is scraped when the capacity is not
+success marks it healthy again. A probe that times out while the instance keeps
+answering proxied requests is logged and not counted: busy is not down (a refused
+connection or an error status still counts). ``/metrics`` is scraped when the capacity is not
 known yet and every ``metrics_interval_s`` after that, for ``U_max`` from
 ``vllm:cache_config_info`` (parsed by :mod:`kairos_common.vllm_metrics`).
 """
@@ -74,13 +76,30 @@ class HealthChecker:
         try:
             async with self._session().get(inst.base_url + "/health", timeout=self._timeout) as r:
                 ok = r.status == 200
-        except (aiohttp.ClientError, TimeoutError):
+        except TimeoutError:
+            if self._answering(inst):
+                # Busy, not down: a CPU-bound engine (or a GPU host under load) can
+                # answer the probe late while it keeps answering requests. Marking it
+                # unhealthy would turn its agents' requests into 503s.
+                log.info("health_probe_late", instance=inst.name,
+                         timeout_s=self._timeouts.health_timeout_s)  # fmt: skip
+                return
+            ok = False
+        except aiohttp.ClientError:
             ok = False
         if self._pool.get(inst.name) is not inst:
             return  # removed while we were checking
         self._sink.mark_health(inst, ok)
         if ok and self._metrics_due(inst):
             await self.scrape_metrics(inst)
+
+    def _answering(self, inst: Instance) -> bool:
+        """Did ``inst`` answer a proxied request within the window in which
+        ``unhealthy_after_failures`` probes would have failed?"""
+        last = inst.last_answered_s
+        t = self._timeouts
+        window_s = t.unhealthy_after_failures * (t.health_interval_s + t.health_timeout_s)
+        return last is not None and self._clock() - last <= window_s
 
     def _metrics_due(self, inst: Instance) -> bool:
         if inst.metrics_capacity_tokens is None and inst.metrics_enabled is not False:

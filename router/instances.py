@@ -37,6 +37,9 @@ class Instance:
     clock_mhz: int | None = None
     boost: bool = False
     breaker_open: bool = False
+    last_answered_s: float | None = None
+    """When this instance last answered a proxied request (status < 500): a backend
+    busy serving may answer a health probe late without being down."""
     """Set by :mod:`router.breaker` after consecutive timeouts/5xx."""
 
     @property

@@ -52,6 +52,8 @@ class FakeBehaviour:
     """Streams: every event sent, then wait for this before ending the response."""
     capacity_tokens: int | None = 100_000
     healthy: bool = True
+    health_gate: asyncio.Event | None = None
+    """``/health`` waits for this before answering (a probe that times out)."""
     model: str = "fake-model"
     api_key: str | None = None
     """Like ``vllm --api-key``: /v1/* answer 401 without ``Authorization: Bearer <key>``."""
@@ -108,6 +110,8 @@ class FakeBackend:
             await self.arrived.wait_for(lambda: len(self.received) >= count)
 
     async def _health(self, _r: web.Request) -> web.Response:
+        if self.behaviour.health_gate is not None:
+            await self.behaviour.health_gate.wait()
         return web.Response(status=200 if self.behaviour.healthy else 503)
 
     def _unauthorised(self, request: web.Request) -> web.Response | None:

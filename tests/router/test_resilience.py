@@ -232,3 +232,50 @@ async def test_idle_stream_timeout_ends_stream_with_error_event(
     with pytest.raises(openai.APIError, match="upstream stream failed"):
         _ = [c async for c in stream]
     await client.close()
+
+
+async def _health_status(router: RunningRouter) -> int:
+    async with aiohttp.ClientSession() as s, s.get(router.url + "/health") as r:
+        return r.status
+
+
+async def test_late_health_probes_of_an_instance_answering_requests_are_not_failures(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """Busy is not down: a CPU engine answers /health late while it serves agents."""
+    from router.config import TimeoutSettings
+
+    router = await make_router([backend.url], timeouts=TimeoutSettings(health_timeout_s=0.1))
+    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key="sk", max_retries=0)
+    await client.chat.completions.create(model="fake-model", messages=CHAT)
+    backend.behaviour.health_gate = asyncio.Event()  # probes time out from now on
+    try:
+        for _ in range(3):
+            await router.health.check_once()
+        assert await _health_status(router) == 200
+        await client.chat.completions.create(model="fake-model", messages=CHAT)
+    finally:
+        backend.behaviour.health_gate.set()
+        await client.close()
+
+
+async def test_late_health_probes_of_an_instance_answering_nothing_mark_it_unhealthy(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    from router.config import TimeoutSettings
+
+    now = [1000.0]
+    router = await make_router(
+        [backend.url], timeouts=TimeoutSettings(health_timeout_s=0.1), clock=lambda: now[0]
+    )
+    client = openai.AsyncOpenAI(base_url=router.url + "/v1", api_key="sk", max_retries=0)
+    await client.chat.completions.create(model="fake-model", messages=CHAT)
+    await client.close()
+    backend.behaviour.health_gate = asyncio.Event()
+    try:
+        now[0] += 2 * (5.0 + 0.1) + 1.0  # the last answer is older than the failure window
+        await router.health.check_once()
+        await router.health.check_once()
+        assert await _health_status(router) == 503
+    finally:
+        backend.behaviour.health_gate.set()
