@@ -52,6 +52,9 @@ class KairosConfig:
     idle_after_s: float = 10.0
     """An ongoing agent with no request in flight for this long stops counting
     towards the clock level (it still counts towards admission)."""
+    prefill_boost_tokens: int | None = 16384
+    """Top clock while at least this many uncached prompt tokens wait for their first
+    output on the instance (docs/control-law.md, point 9). None: off (the paper)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
@@ -66,6 +69,10 @@ class KairosConfig:
             raise InvalidConfigError("new_agent_context_tokens must be >= 0")
         if not self.idle_after_s > 0.0:
             raise InvalidConfigError(f"idle_after_s must be > 0, got {self.idle_after_s}")
+        if self.prefill_boost_tokens is not None and self.prefill_boost_tokens < 1:
+            raise InvalidConfigError(
+                f"prefill_boost_tokens must be >= 1 or None, got {self.prefill_boost_tokens}"
+            )
 
     @property
     def admission_rule(self) -> AdmissionRule:
@@ -201,6 +208,20 @@ class KairosController:
         now = snapshot.now_s
         return sum(self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now))
 
+    def prefill_boost(self, snapshot: InstanceSnapshot) -> bool:
+        """Is enough compute-bound prefill queued to run it at the top clock?
+
+        Prefill is compute-bound: its energy is nearly flat in the clock (a lower
+        clock saves power but stretches the work by the same factor), while its
+        latency scales ∝ 1/f and is what long-context sessions wait on. So a long
+        prefill runs at the top clock and the GPU returns to the context level as
+        soon as the first tokens are out (docs/control-law.md, point 9).
+        """
+        threshold = self.config.prefill_boost_tokens
+        if threshold is None:
+            return False
+        return sum(a.prefill_tokens for a in snapshot.ongoing) >= threshold
+
     def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
         cfg = self.config
         if snapshot.capacity_tokens <= 0:
@@ -209,6 +230,8 @@ class KairosController:
         working = self.working_usage(snapshot)
         level = context_level(working, snapshot.capacity_tokens, self.levels.count, cfg.alpha)
         reason = "context" if level < self.levels.count else "context-high"
+        if level < self.levels.count and self.prefill_boost(snapshot):
+            level, reason = self.levels.count, "prefill"
         min_tput = self.min_throughput(snapshot)
         boost_tput = self.boost_throughput(snapshot) if cfg.slo_boost else None
         boost = boost_tput is not None and boost_tput < cfg.slo_tok_s

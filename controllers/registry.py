@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import Any
 
 from controllers.baselines import FixedClock, NoControl
 from controllers.confident_placement import ConfidentPlacement
@@ -45,7 +46,7 @@ class PolicySpec:
     build: Builder
     argument: str | None = None
     all_clocks: bool = False
-    kairos_changes: Mapping[str, bool] = field(default_factory=dict)
+    kairos_changes: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _kairos(
@@ -82,7 +83,12 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
     {
         "kairos": PolicySpec(_kairos),
         "kairos-paper": PolicySpec(
-            _kairos, kairos_changes={"activity_aware": False, "boost_reachable_only": False}
+            _kairos,
+            kairos_changes={
+                "activity_aware": False,
+                "boost_reachable_only": False,
+                "prefill_boost_tokens": None,
+            },
         ),
         "kairos-no-ta": PolicySpec(_kairos, kairos_changes={"thrashing_avoidance": False}),
         "predictive": PolicySpec(_predictive),

@@ -57,6 +57,11 @@ class AgentView:
     """A request of this agent is being served (or held) right now."""
     last_active_s: float | None = None
     """When its latest request ended (None: unknown, counted as active)."""
+    prefill_tokens: int = 0
+    """Prompt tokens of its requests on the engine that have produced no output yet
+    and were not in its previous context (prompt − ``C_a``: what the prefix cache
+    cannot supply): compute-bound work queued on the GPU (docs/control-law.md,
+    point 9). 0 once the first output arrives, and for held requests."""
 
     @property
     def throughput_tok_s(self) -> float | None:

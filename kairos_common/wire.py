@@ -195,6 +195,7 @@ def agent_from_json(obj: dict[str, Any]) -> AgentView:
         waiting_since_s=_get(obj, "waiting_since_s", float, None),
         in_flight=_get(obj, "in_flight", bool, False),
         last_active_s=_get(obj, "last_active_s", float, None),
+        prefill_tokens=_get(obj, "prefill_tokens", int, 0, lo=0, hi=MAX_TOKENS),
     )
 
 

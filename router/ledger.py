@@ -48,6 +48,9 @@ class Agent:
     estimated_turns: int = 0
     steps_since_assign: int = 0
     in_flight: int = 0
+    prefill_tokens: int = 0
+    """Uncached prompt tokens of its forwarded requests with no response byte yet
+    (prompt estimate − ``C_a``): the clock's prefill signal (control-law point 9)."""
     last_seen_s: float = 0.0
     instances: list[str] = field(default_factory=list)
     ending: tuple[str, int | None] | None = None
@@ -77,7 +80,32 @@ class Agent:
         return agent
 
 
-_TRANSIENT = frozenset({"arrival_s", "last_seen_s", "in_flight", "waiting_since_s", "ending"})
+class PrefillClaim:
+    """One request's share of ``Agent.prefill_tokens``: added once it is forwarded
+    (:meth:`start`), taken back exactly once at its first response byte or its end
+    (:meth:`done`, idempotent), so a retry, an error or a cancelled client never
+    leaves tokens behind."""
+
+    __slots__ = ("_agent", "_tokens")
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self._tokens = 0
+
+    def start(self, tokens: int) -> None:
+        self.done()
+        self._tokens = max(0, tokens)
+        self._agent.prefill_tokens += self._tokens
+
+    def done(self) -> None:
+        if self._tokens:
+            self._agent.prefill_tokens -= self._tokens
+            self._tokens = 0
+
+
+_TRANSIENT = frozenset(
+    {"arrival_s", "last_seen_s", "in_flight", "prefill_tokens", "waiting_since_s", "ending"}
+)
 _PERSISTED = tuple(f for f in Agent.__dataclass_fields__ if f not in _TRANSIENT)
 
 
@@ -249,6 +277,7 @@ class Ledger:
             waiting_since_s=agent.waiting_since_s,
             in_flight=agent.in_flight > 0,
             last_active_s=agent.last_seen_s if agent.turns else None,
+            prefill_tokens=agent.prefill_tokens if agent.admitted else 0,
         )
 
     def load_of(self, name: str, index: int, capacity_tokens: int | None) -> InstanceLoad:

@@ -52,7 +52,7 @@ from router.errors import (
 from router.identity_mw import IdentityResolver, KeyChecker, upstream_headers
 from router.instances import Instance, InstancePool
 from router.json_body import parse_json, read_body
-from router.ledger import Agent, Ledger
+from router.ledger import Agent, Ledger, PrefillClaim
 from router.metrics import RouterMetrics
 from router.observations import ObservationLog, observation
 from router.openai_errors import from_router_error
@@ -231,11 +231,13 @@ class Proxy:
         agent = agents.for_request(ident.agent_id)
         agent.in_flight += 1
         agent.last_seen_s = t0
+        prefill = PrefillClaim(agent)
         try:
+            estimate = admission.estimate_tokens(len(body))
             if agent.context_tokens is None:
                 # Sized before placement: fleet admission places the newcomer where
                 # its prompt is admitted now (controllers/admission.py), bounded.
-                self._ledger.set_estimate(agent, admission.estimate_tokens(len(body)))
+                self._ledger.set_estimate(agent, estimate)
             self._place(agent)
             headers = upstream_headers(request.headers, ident, self._identity_header, request_id)
             if admission.admit_now(agent):
@@ -243,9 +245,12 @@ class Proxy:
             else:
                 held_s = await self._wait_admission(agent, headers)
             self._overhead[route].observe(clock() - t0 - held_s)
+            prefill.start(estimate - (agent.context_tokens or 0))
             finished: list[Outcome] = []  # set by the relay once the upstream finished
             try:
-                resp, outcome = await self._forward(request, agent, body, headers, inject, finished)
+                resp, outcome = await self._forward(
+                    request, agent, body, headers, inject, finished, prefill.done
+                )
             except asyncio.CancelledError:
                 # The client left (handler cancelled) after the upstream finished, e.g.
                 # an SDK that closes on [DONE]: vLLM did the work and holds the
@@ -256,6 +261,7 @@ class Proxy:
             self._account(agent, route, stream, t0, held_s, len(body), outcome)
             return resp
         finally:
+            prefill.done()
             agent.in_flight -= 1
             agent.last_seen_s = clock()
             agents.request_done(agent)
@@ -336,6 +342,7 @@ class Proxy:
         headers: dict[str, str],
         inject: bool,
         finished: list[Outcome],
+        first_data: Callable[[], None],
     ) -> tuple[web.StreamResponse, Outcome]:
         tried: set[str] = set()
         last_error = "no attempt"
@@ -350,7 +357,9 @@ class Proxy:
             last = attempt + 1 >= attempts
             running[inst.name] = running.get(inst.name, 0) + 1
             try:
-                result = await self._attempt(request, inst, body, headers, inject, finished, last)
+                result = await self._attempt(
+                    request, inst, body, headers, inject, finished, first_data, last
+                )
             finally:
                 running[inst.name] -= 1
             if not isinstance(result, _Retry):
@@ -368,6 +377,7 @@ class Proxy:
         headers: dict[str, str],
         inject: bool,
         finished: list[Outcome],
+        first_data: Callable[[], None],
         last: bool,
     ) -> tuple[web.StreamResponse, Outcome] | _Retry:
         """One try on ``inst``: the relayed response, or why another instance may try."""
@@ -407,7 +417,7 @@ class Proxy:
         try:
             result = await relay(
                 request, resp, inject, headers["X-Request-Id"], finished,
-                self.timeouts.idle_stream_s, clock,
+                self.timeouts.idle_stream_s, clock, first_data,
             )  # fmt: skip
             result[1].t_sent_s = t_sent
             done = True

@@ -51,9 +51,12 @@ async def relay(
     finished: list[Outcome],
     idle_s: float,
     clock: Callable[[], float],
+    first_data: Callable[[], None] = lambda: None,
 ) -> tuple[web.StreamResponse, Outcome]:
     """Relay the response; ``finished`` gets the outcome as soon as the upstream's
-    final usage has arrived (before our end of stream)."""
+    final usage has arrived (before our end of stream). ``first_data`` is called
+    when the first byte of the answer arrives (the whole body when not streamed):
+    the prompt has been prefilled by then."""
     headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
     if "X-Request-Id" not in resp.headers:
         headers["X-Request-Id"] = request_id
@@ -62,6 +65,7 @@ async def relay(
             data = await resp.read()
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise UpstreamError(f"upstream body failed: {type(exc).__name__}") from None
+        first_data()
         out = web.Response(status=resp.status, body=data, headers=headers)
         # Sent now, not when the handler returns: the client has its answer
         # while the router accounts the request (a returned, already sent
@@ -87,6 +91,7 @@ async def relay(
             while chunk := await read():
                 if first_data_s is None:
                     first_data_s = clock()
+                    first_data()
                 data = filt.feed(chunk)
                 if not finished and filt.usage.complete and resp.status == 200:
                     est = filt.estimated_completion_tokens()

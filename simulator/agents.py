@@ -34,6 +34,7 @@ class SimAgent:
         "max_context_tokens",
         "next_turn",
         "pending_s",
+        "prefill_tokens",
         "program",
         "prompt_tokens",
         "release_s",
@@ -64,9 +65,12 @@ class SimAgent:
         self.instances: list[int] = [instance]
         self.admitted = False
         self._view: AgentView | None = None
-        self._view_key: tuple[int, bool, bool] = (-1, False, False)
+        self._view_key: tuple[int, bool, bool, int] = (-1, False, False, 0)
         self.held = False
         self.in_flight = False
+        # Uncached prompt tokens of the request in flight (prompt − C_a), as the
+        # router estimates them; shown in view() until its first token.
+        self.prefill_tokens = 0
         self.last_end_s: float | None = None
         self.context_tokens: int | None = None
         self.decode_tokens = 0
@@ -90,11 +94,13 @@ class SimAgent:
             return self.context_tokens
         return self.estimated_context_tokens
 
-    def view(self) -> AgentView:
+    def view(self, prefilling: bool = False) -> AgentView:
         """The controllers' view, rebuilt only when it changed: every field it
-        shows changes only with ``steps`` (:meth:`complete`), ``in_flight`` or
-        ``admitted`` (a snapshot asks every agent every epoch)."""
-        key = (self.steps, self.in_flight, self.admitted)
+        shows changes only with ``steps`` (:meth:`complete`), ``in_flight``,
+        ``admitted`` or whether its request still awaits its first token
+        (``prefilling``; a snapshot asks every agent every epoch)."""
+        prefill = self.prefill_tokens if prefilling else 0
+        key = (self.steps, self.in_flight, self.admitted, prefill)
         if self._view is not None and key == self._view_key:
             return self._view
         self._view_key = key
@@ -109,6 +115,7 @@ class SimAgent:
             waiting_since_s=None if self.admitted else self.waiting_since_s,
             in_flight=self.in_flight,
             last_active_s=self.last_end_s,
+            prefill_tokens=prefill,
         )
         return self._view
 

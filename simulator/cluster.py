@@ -356,6 +356,7 @@ class Cluster:
         turn = agent.turn
         rid = f"{agent.agent_id}/{agent.next_turn}/{next(self._req_ids)}"
         agent.in_flight = True
+        agent.prefill_tokens = max(0, turn.prompt_tokens - (agent.context_tokens or 0))
         self._by_request[rid] = agent
         inst.engine.submit(
             EngineRequest(
@@ -449,11 +450,12 @@ class Cluster:
         self, inst: _Instance, t: float, pending: tuple[SimAgent, ...] | None = None
     ) -> InstanceSnapshot:
         held = tuple(inst.pending) if pending is None else pending
+        first = inst.engine.awaiting_first_token()
         return InstanceSnapshot(
             now_s=t,
             epoch=inst.epoch,
             capacity_tokens=inst.engine.capacity_tokens,
-            ongoing=tuple(a.view() for a in inst.ongoing.values()),
+            ongoing=tuple(a.view(a.agent_id in first) for a in inst.ongoing.values()),
             pending=tuple(a.view() for a in held),
             clock_mhz=inst.gpu.clock_at(t),
             power_w=inst.gpu.power_w,

@@ -122,6 +122,13 @@ class Engine:
         self.waiting.append(_Seq(req))
         return req.request_id
 
+    def awaiting_first_token(self) -> set[str]:
+        """Cache keys (agents) of requests that have produced no output yet: what a
+        router sees as "sent, no first byte" (the clock's prefill signal)."""
+        keys = {seq.req.cache_key for seq in self.waiting}
+        keys.update(s.req.cache_key for s in self.running if s.first_token_s < 0)
+        return keys
+
     def abort(self, request_id: str, t_s: float) -> bool:
         """Drop a request (client went away); its blocks are released. Returns
         whether it was found."""

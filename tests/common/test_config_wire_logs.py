@@ -56,7 +56,7 @@ def test_instance_state_roundtrip() -> None:
     st = InstanceState(
         instance="g0",
         now_s=5.0,
-        ongoing=(AgentView("a", 1.0, 100),),
+        ongoing=(AgentView("a", 1.0, 100, in_flight=True, prefill_tokens=4096),),
         pending=(AgentView("b", 2.0),),
         capacity_tokens=1000,
     )
@@ -85,6 +85,11 @@ def test_decision_roundtrip_and_ordering() -> None:
         {"instance": 1, "now_s": 0},
         {"instance": "g", "now_s": True},
         {"instance": "g", "now_s": 0, "ongoing": [{"agent_id": 3}]},
+        {
+            "instance": "g",
+            "now_s": 0,
+            "ongoing": [{"agent_id": "a", "arrival_s": 0, "prefill_tokens": -1}],
+        },
     ],
 )
 def test_malformed_state_raises_wire_error(bad: dict[str, object]) -> None:
