@@ -91,7 +91,8 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
             },
         ),
         "kairos-no-ta": PolicySpec(_kairos, kairos_changes={"thrashing_avoidance": False}),
-        "predictive": PolicySpec(_predictive),
+        # Its own model prices prefill per level (docs/control-law.md, point 9).
+        "predictive": PolicySpec(_predictive, kairos_changes={"prefill_boost_tokens": None}),
         "no-control": PolicySpec(_no_control, all_clocks=True),
         "fixed": PolicySpec(_fixed, argument="MHZ", all_clocks=True),
     }

@@ -46,8 +46,9 @@ def test_held_requests_do_not_count() -> None:
     assert ctrl.decide(_snap((_agent("a", 0),), (held,))).reason != "prefill"
 
 
-def test_default_on_paper_policy_off() -> None:
+def test_default_on_paper_and_predictive_off() -> None:
     assert KairosConfig().prefill_boost_tokens is not None
+    assert kairos_config_for("predictive").prefill_boost_tokens is None
     paper = KairosController(LEVELS, kairos_config_for("kairos-paper"))
     assert paper.decide(_snap((_agent("a", 900_000),))).level == 1
 
