@@ -199,6 +199,7 @@ class AgentService:
             "context_estimated": agent.context_estimated,
             "turns": agent.turns,
             "in_flight": agent.in_flight,
+            "prefill_tokens": agent.prefill_tokens,
             "decode_tokens": agent.decode_tokens,
             "llm_time_s": agent.llm_time_s,
             "pending_s": agent.pending_s,

@@ -50,6 +50,8 @@ async def test_prefill_tokens_shown_until_the_first_byte(
     await backend.wait_received(2)
     # The body is ≈ 40,000 bytes ≈ 10,000 tokens; 5004 of them are the cached context.
     assert 4900 < await _prefill(url, agent_id) < 5200
+    _, status = await control("GET", f"{url}/kairos/v1/agents/{agent_id}")
+    assert status["prefill_tokens"] == await _prefill(url, agent_id)
     backend.behaviour.hold_eof = asyncio.Event()  # the response stays open after its events
     backend.behaviour.gate.set()
     stream = await pending
@@ -73,7 +75,7 @@ async def test_failed_request_leaves_no_prefill_behind(
     with contextlib.suppress(openai.APIStatusError):
         await client.chat.completions.create(model="fake-model", messages=LONG)
     _, status = await control("GET", f"{url}/kairos/v1/agents/{agent_id}")
-    assert status["in_flight"] == 0
+    assert status["in_flight"] == 0 and status["prefill_tokens"] == 0
     assert await _prefill(url, agent_id) == 0
     await client.close()
 
