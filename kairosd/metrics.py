@@ -33,6 +33,9 @@ class DaemonMetrics:
         self.pending = gauge("kairosd_pending_agents", "Agents held at the router")
         self.boost = gauge("kairosd_boost", "1 while an SLO boost is active")
         self.boosts = counter("kairosd_boost_epochs", "Epochs with an SLO boost")
+        self.prefill_epochs = counter(
+            "kairosd_prefill_epochs", "Epochs at the top clock for queued prefill work"
+        )
         self.admissions = counter("kairosd_admissions", "Agents admitted by the router on our word")
         self.deferred = gauge("kairosd_deferred", "1 while new admissions are deferred")
         self.failsafe = gauge("kairosd_failsafe", "1 while inputs are stale (max clock)")
@@ -87,6 +90,8 @@ class DaemonMetrics:
         self.deferred.labels(i).set(1 if rec.deferred else 0)
         if rec.boost:
             self.boosts.labels(i).inc()
+        if "prefill" in rec.reason:  # also under a fail-safe or budget-cap prefix
+            self.prefill_epochs.labels(i).inc()
         self.admissions.labels(i).inc(rec.admitted)
         self.epochs.labels(i).inc()
 
