@@ -233,11 +233,10 @@ class Proxy:
         agent.last_seen_s = t0
         prefill = PrefillClaim(agent)
         try:
-            estimate = admission.estimate_tokens(len(body))
             if agent.context_tokens is None:
                 # Sized before placement: fleet admission places the newcomer where
                 # its prompt is admitted now (controllers/admission.py), bounded.
-                self._ledger.set_estimate(agent, estimate)
+                self._ledger.set_estimate(agent, admission.estimate_tokens(len(body)))
             self._place(agent)
             headers = upstream_headers(request.headers, ident, self._identity_header, request_id)
             if admission.admit_now(agent):
@@ -245,7 +244,8 @@ class Proxy:
             else:
                 held_s = await self._wait_admission(agent, headers)
             self._overhead[route].observe(clock() - t0 - held_s)
-            prefill.start(estimate - (agent.context_tokens or 0))
+            # ≈ 4 bytes a token, as estimate_tokens; vLLM prefills whatever was sent.
+            prefill.start(len(body) // 4 - (agent.context_tokens or 0))
             finished: list[Outcome] = []  # set by the relay once the upstream finished
             try:
                 resp, outcome = await self._forward(

@@ -84,3 +84,34 @@ def test_capacity_from_cache_config_info(vllm: VllmServer, router: Router) -> No
     assert inst["capacity_tokens"] == parsed.capacity_tokens
     models = get_json(router.url + "/v1/models")
     assert [m["id"] for m in models["data"]] == ["tiny-llama"]
+
+
+def _ttft_sum_s(vllm: VllmServer) -> float:
+    """vLLM's own ``vllm:time_to_first_token_seconds_sum`` (all label sets)."""
+    lines = vllm.metrics_text().splitlines()
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in lines
+        if line.startswith("vllm:time_to_first_token_seconds_sum")
+    )
+
+
+def test_first_streamed_byte_is_the_first_token(
+    vllm: VllmServer, router: Router, vllm_workdir: Path
+) -> None:
+    """The prefill signal (docs/control-law.md, point 9) ends at a stream's first byte,
+    so that byte must not come before vLLM has prefilled the prompt: the router's
+    time to first byte is at least vLLM's own time to first token for the request."""
+    vllm.wait_idle()
+    before = _ttft_sum_s(vllm)
+    report = run_agent(router, vllm_workdir, "turns", "1", "900", "0", "4")
+    vllm.wait_idle()
+    engine_ttft_s = _ttft_sum_s(vllm) - before
+    state = get_json(router.url + "/kairos/v1/instances/i0/state")
+    seen = max(state["observations"], key=lambda o: o["t_s"])
+    assert seen["prompt_tokens"] == report["usages"][0]["prompt_tokens"]
+    assert engine_ttft_s > 0
+    assert seen["ttft_s"] >= 0.9 * engine_ttft_s, (
+        f"router saw the first byte after {seen['ttft_s']:.3f}s, vLLM's first token "
+        f"took {engine_ttft_s:.3f}s: the stream starts before the prefill ends"
+    )
