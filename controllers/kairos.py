@@ -52,7 +52,7 @@ class KairosConfig:
     idle_after_s: float = 10.0
     """An ongoing agent with no request in flight for this long stops counting
     towards the clock level (it still counts towards admission)."""
-    prefill_boost_tokens: int | None = 16384
+    prefill_boost_tokens: int | None = 65536
     """Top clock while at least this many uncached prompt tokens wait for their first
     output on the instance (docs/control-law.md, point 9). None: off (the paper)."""
 

@@ -21,7 +21,7 @@ async def test_queued_prefill_from_the_router_runs_the_top_clock(
     router.ongoing = [small]
     quiet = await daemon.run_epoch()
     assert quiet.clock_mhz == CLOCKS[0] and quiet.reason == "context"
-    router.ongoing = [dataclasses.replace(small, in_flight=True, prefill_tokens=40_000)]
+    router.ongoing = [dataclasses.replace(small, in_flight=True, prefill_tokens=80_000)]
     clock.advance(5.0)
     busy = await daemon.run_epoch()
     assert busy.clock_mhz == CLOCKS[-1] and busy.reason == "prefill"
