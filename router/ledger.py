@@ -93,7 +93,6 @@ class PrefillClaim:
         self._tokens = 0
 
     def start(self, tokens: int) -> None:
-        self.done()
         self._tokens = max(0, tokens)
         self._agent.prefill_tokens += self._tokens
 

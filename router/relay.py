@@ -51,7 +51,7 @@ async def relay(
     finished: list[Outcome],
     idle_s: float,
     clock: Callable[[], float],
-    first_data: Callable[[], None] = lambda: None,
+    first_data: Callable[[], None],
 ) -> tuple[web.StreamResponse, Outcome]:
     """Relay the response; ``finished`` gets the outcome as soon as the upstream's
     final usage has arrived (before our end of stream). ``first_data`` is called
