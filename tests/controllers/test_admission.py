@@ -88,10 +88,20 @@ def test_round_robin_rehoming_numbers_its_placements() -> None:
     assert [m.target for m in moves] == ["g1", "g2"]
 
 
-def test_new_agent_size_is_bounded() -> None:
+def test_new_agent_size_is_its_prompt_or_nothing_beyond_the_engine_limit() -> None:
     assert new_agent_tokens(None, 3000, 0) == 3000
-    assert new_agent_tokens(500_000, 3000, 262_144) == 262_144
+    assert new_agent_tokens(262_144, 3000, 262_144) == 262_144
+    assert new_agent_tokens(262_145, 3000, 262_144) == 0  # vLLM rejects it: holds no cache
     assert new_agent_tokens(10_000, 3000, 262_144) == 10_000
+
+
+def test_an_agent_that_brings_no_context_is_never_held() -> None:
+    # Every instance past γ·U_max with agents queued: a sized newcomer waits, but one
+    # whose prompt the engine rejects at once (size 0) gets that answer now.
+    gates = [gate("g0", 0, 95_000, held=2), gate("g1", 1, 92_000, held=1, defer=True)]
+    assert not place(Consolidating(), PlacementRequest("a", 0, 1), gates, RULE).admit_now
+    choice = place(Consolidating(), PlacementRequest("b", 1, 0), gates, RULE)
+    assert choice.admit_now and choice.instance in ("g0", "g1")
 
 
 @given(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import openai
+import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from router.testing import FakeBackend, RunningRouter
@@ -81,3 +82,22 @@ async def test_held_agent_moves_to_the_instance_that_gets_room(
     await asyncio.wait_for(held, 5.0)  # i1 freed: b moved there, i0 never freed
     assert len(backend2.received) == 2 and len(backend.received) == 1
     assert router.core.metrics.admissions.labels("i1", "fleet")._value.get() == 1
+
+
+async def test_prompt_beyond_the_engine_limit_is_never_held(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    """vLLM rejects a prompt beyond its limit at once and it holds no cache, so the
+    router forwards it at once even with no room anywhere: held, it would wait for a
+    nearly empty instance only to get the same 400."""
+    router = await _two(make_router, backend, backend2, prompt_tokens=9_500)
+    for _ in range(2):
+        await _turn(router, await start_agent(router.url), CHAT)  # both above γ·U_max
+    for b in (backend, backend2):
+        b.behaviour.fail_next, b.behaviour.fail_status = 1, 400  # vLLM: prompt too long
+    huge: list[ChatCompletionMessageParam] = [{"role": "user", "content": "x" * 60_000}]
+    newcomer = await start_agent(router.url)  # ≈15K tokens > the 10K caches (no max length)
+    with pytest.raises(openai.BadRequestError):
+        await asyncio.wait_for(_turn(router, newcomer, huge), 10.0)  # held: times out
+    assert len(backend.received) + len(backend2.received) == 3
+    assert router.core.admission.queue("i0").order() == []

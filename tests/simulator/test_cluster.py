@@ -52,6 +52,23 @@ def test_kairos_holds_agents_when_the_cache_is_full_and_admits_later() -> None:
     assert all(a.pending_s == 0.0 for a in base.agents_done)
 
 
+def test_a_prompt_beyond_the_engine_limit_is_rejected_at_once_not_held() -> None:
+    # The cache full of held sessions, then one whose first prompt exceeds the model's
+    # length: it is rejected when it arrives (as vLLM answers a 400 at once), not after
+    # waiting for room it would never use.
+    preset = small_preset(kv_tokens=20_000)
+    programs = [list_agent(i, turns=6, think_s=5.0, prompt=6000) for i in range(6)]
+    programs.append(list_agent(6, turns=2, prompt=25_000))
+    arrivals = [0.5 * i for i in range(7)]
+    cluster = Cluster(
+        preset, ClusterConfig(policy="kairos", duration_s=900.0), ListWorkload(programs), arrivals
+    )
+    cluster.run()
+    huge = next(a for a in cluster.agents_done if a.agent_id == "a6")
+    assert huge.end_reason == "rejected" and huge.pending_s == 0.0 and huge.end_s == 3.0
+    assert max(a.pending_s for a in cluster.agents_done) > 0.0  # others did wait
+
+
 def test_consolidating_placement_and_reassignment_across_instances() -> None:
     spec = SimSpec(
         policy="kairos",
