@@ -30,35 +30,58 @@ def router(vllm: VllmServer, vllm_workdir: Path) -> Iterator[Router]:
         yield r
 
 
-def test_dropped_stream_is_aborted_upstream_and_not_counted(
+ATTEMPTS = 3
+
+
+def _drop_once(
     vllm: VllmServer, router: Router, vllm_workdir: Path
-) -> None:
+) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """One agent: a full turn, then a 1900-token stream it drops after 3 chunks.
+    Returns its first turn, the tokens vLLM generated, and the router's view of it
+    once the dropped request is finished there. The agent ends (id-tracker reports
+    it) on every path, so nothing of it stays in the router's U."""
     before = vllm.wait_idle()
     proc = start_agent(router, vllm_workdir, "drop")
     try:
         first = proc.line()
-        agent_id = first["agent_id"]
         assert proc.line() == {"dropped": True}
-        # vLLM stops generating the abandoned 1900 tokens: running returns to 0
-        after = vllm.wait_idle(timeout_s=60)
+        after = vllm.wait_idle(timeout_s=60)  # running returns to 0
         generated = (after.generation_tokens_total or 0) - (before.generation_tokens_total or 0)
-        assert generated < 1900 + first["usage"]["completion_tokens"]
+        agent_id = first["agent_id"]
         status = wait_for(
             "the router to finish the dropped request",
             lambda: ((a := router.agent(agent_id))["in_flight"] == 0 and a) or None,
             timeout_s=30,
         )
-        # the ledger keeps the completed turn only: C_a is that turn's context
-        usage = first["usage"]
-        assert status["turns"] == 1
-        assert status["context_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
-        assert status["decode_tokens"] == usage["completion_tokens"]
         inst = router.instances()[0]
-        assert inst["usage_tokens"] == status["context_tokens"]
         proc.release()
         assert proc.wait() == 0
+        return first, generated, {**status, "usage_tokens": inst["usage_tokens"]}
     finally:
         proc.kill()
+
+
+def test_dropped_stream_is_aborted_upstream_and_not_counted(
+    vllm: VllmServer, router: Router, vllm_workdir: Path
+) -> None:
+    # The tiny model decodes 1900 tokens in a few seconds: on a starved machine the
+    # agent may read its third chunk only after vLLM finished, and then there is
+    # nothing left to abort. Such a try proves nothing either way and is run again
+    # (bounded); a router that never aborts upstream fails every try.
+    late: list[int] = []
+    for _ in range(ATTEMPTS):
+        first, generated, status = _drop_once(vllm, router, vllm_workdir)
+        if generated < 1900 + first["usage"]["completion_tokens"]:
+            break
+        late.append(generated)
+    else:
+        pytest.fail(f"vLLM generated every token in {ATTEMPTS} tries ({late}): no abort reached it")
+    # the ledger keeps the completed turn only: C_a is that turn's context
+    usage = first["usage"]
+    assert status["turns"] == 1
+    assert status["context_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+    assert status["decode_tokens"] == usage["completion_tokens"]
+    assert status["usage_tokens"] == status["context_tokens"]
 
 
 def _direct(vllm: VllmServer, model: str, content: str) -> tuple[int, Any]:

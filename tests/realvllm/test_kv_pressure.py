@@ -63,13 +63,21 @@ def agents(router: Router, workdir: Path, count: int, *args: str) -> Iterator[li
             p.kill()
 
 
-def test_ledger_usage_against_vllm_kv_usage(
-    vllm: VllmServer, vllm_workdir: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    k, outs = 3, f"40,{OUT2}"
+@dataclass
+class UsageTry:
+    u: int
+    contexts: list[int]
+    prompts2: list[int]
+    during: list[float]
+    polls: int
+
+
+def _usage_try(vllm: VllmServer, workdir: Path, name: str, k: int) -> UsageTry:
+    """``k`` agents take a first turn, then a second one together; the second turns
+    are sampled while all ``k`` run."""
     with (
-        running_router(vllm_workdir, vllm.url, name="router-usage") as router,
-        agents(router, vllm_workdir, k, "turns", "2", "100", "100", outs, "--wait") as procs,
+        running_router(workdir, vllm.url, name=name) as router,
+        agents(router, workdir, k, "turns", "2", "100", "100", f"40,{OUT2}", "--wait") as procs,
     ):
         first = [p.line() for p in procs]
         ready = [p.line() for p in procs]
@@ -81,8 +89,6 @@ def test_ledger_usage_against_vllm_kv_usage(
         vllm.wait_idle()
         for p in procs:
             p.release()
-        capacity = vllm.metrics().capacity_tokens
-        assert capacity is not None
         # Each sample reads the router's U *before* scraping vLLM. A scrape showing all k
         # running is one scheduler step's snapshot (vLLM sets both gauges from one
         # SchedulerStats): no request had finished yet, so no stream had ended and the
@@ -105,8 +111,28 @@ def test_ledger_usage_against_vllm_kv_usage(
         second = [p.line() for p in procs]
         for p in procs:
             assert p.wait() == 0
-    assert during, f"no scrape of {polls[0]} caught all {k} second turns running"
     prompts2 = [s["usage"]["prompt_tokens"] for s in second]
+    return UsageTry(u, contexts, prompts2, during, polls[0])
+
+
+def test_ledger_usage_against_vllm_kv_usage(
+    vllm: VllmServer, vllm_workdir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    k = 3
+    capacity = vllm.metrics().capacity_tokens  # static: read before the sampled window
+    assert capacity is not None
+    # The second turns last a few seconds and a scrape of vLLM's /metrics while it
+    # decodes can take most of a second: on a starved machine every scrape may miss
+    # the window. Such a try compares nothing and is run again (bounded).
+    tries: list[UsageTry] = []
+    while len(tries) < 3 and not (tries and tries[-1].during):
+        tries.append(_usage_try(vllm, vllm_workdir, f"router-usage-{len(tries)}", k))
+    last = tries[-1]
+    u, contexts, prompts2, during = last.u, last.contexts, last.prompts2, last.during
+    assert during, (
+        f"no scrape caught all {k} second turns running, in {len(tries)} tries "
+        f"of {[x.polls for x in tries]} scrapes"
+    )
     # vLLM's fraction counts blocks over num_gpu_blocks - 1 (one block is its null block)
     usable_blocks = capacity // BLOCK - 1
     blocks = sorted({round(frac * usable_blocks) for frac in during})
