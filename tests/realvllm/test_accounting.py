@@ -107,9 +107,17 @@ def test_first_streamed_byte_is_the_first_token(
     report = run_agent(router, vllm_workdir, "turns", "1", "900", "0", "4")
     vllm.wait_idle()
     engine_ttft_s = _ttft_sum_s(vllm) - before
-    state = get_json(router.url + "/kairos/v1/instances/i0/state")
-    seen = max(state["observations"], key=lambda o: o["t_s"])
-    assert seen["prompt_tokens"] == report["usages"][0]["prompt_tokens"]
+    prompt_tokens = report["usages"][0]["prompt_tokens"]
+
+    def latest() -> dict[str, Any] | None:
+        # The client has its [DONE] before the router has accounted the request (on
+        # a busy machine the scrape can come first): wait for this request's
+        # observation, the latest one.
+        state = get_json(router.url + "/kairos/v1/instances/i0/state")
+        seen = max(state["observations"], key=lambda o: o["t_s"], default=None)
+        return seen if seen is not None and seen["prompt_tokens"] == prompt_tokens else None
+
+    seen = wait_for("the router's observation of the request", latest, timeout_s=30)
     assert engine_ttft_s > 0
     assert seen["ttft_s"] >= 0.9 * engine_ttft_s, (
         f"router saw the first byte after {seen['ttft_s']:.3f}s, vLLM's first token "

@@ -84,8 +84,13 @@ def _usage_try(vllm: VllmServer, workdir: Path, name: str, k: int) -> UsageTry:
         assert all(r == {"ready": 1} for r in ready)
         contexts = [f["usage"]["prompt_tokens"] + f["usage"]["completion_tokens"] for f in first]
         u = sum(contexts)
-        inst = router.instances()[0]
-        assert inst["usage_tokens"] == u  # U = Σ C_a, exact after every agent's first turn
+        # U = Σ C_a, exact once the router has accounted every first turn (an agent
+        # has its last byte a moment before the router accounts the turn)
+        wait_for(
+            f"the router's U to equal Σ C_a = {u}",
+            lambda: router.instances()[0]["usage_tokens"] == u or None,
+            timeout_s=30,
+        )
         vllm.wait_idle()
         for p in procs:
             p.release()
