@@ -417,9 +417,8 @@ class Proxy:
         try:
             result = await relay(
                 request, resp, inject, headers["X-Request-Id"], finished,
-                self.timeouts.idle_stream_s, clock, first_data,
+                self.timeouts.idle_stream_s, clock, first_data, t_sent_s=t_sent,
             )  # fmt: skip
-            result[1].t_sent_s = t_sent
             done = True
             return result
         finally:

@@ -52,11 +52,16 @@ async def relay(
     idle_s: float,
     clock: Callable[[], float],
     first_data: Callable[[], None],
+    *,
+    t_sent_s: float,
 ) -> tuple[web.StreamResponse, Outcome]:
     """Relay the response; ``finished`` gets the outcome as soon as the upstream's
     final usage has arrived (before our end of stream). ``first_data`` is called
     when the first byte of the answer arrives (the whole body when not streamed):
-    the prompt has been prefilled by then."""
+    the prompt has been prefilled by then. Every outcome carries ``t_sent_s`` (when
+    the request went upstream), the early ``finished`` one too: it is the one
+    accounted when the client leaves right after the upstream finished, and the
+    online model's observation of the request needs it."""
     headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
     if "X-Request-Id" not in resp.headers:
         headers["X-Request-Id"] = request_id
@@ -75,7 +80,7 @@ async def relay(
             await out.prepare(request)
             await out.write_eof()
         usage = usage_from_body(data) if resp.status == 200 else None
-        return out, Outcome(resp.status, usage, max(1, len(data) // 8))
+        return out, Outcome(resp.status, usage, max(1, len(data) // 8), t_sent_s=t_sent_s)
     out_stream = web.StreamResponse(status=resp.status, headers=headers)
     await out_stream.prepare(request)
     filt = SseUsageFilter(strip_usage_event=inject)
@@ -95,7 +100,7 @@ async def relay(
                 data = filt.feed(chunk)
                 if not finished and filt.usage.complete and resp.status == 200:
                     est = filt.estimated_completion_tokens()
-                    finished.append(Outcome(resp.status, filt.usage, est, first_data_s))
+                    finished.append(Outcome(resp.status, filt.usage, est, first_data_s, t_sent_s))
                 if data:
                     writing = True
                     await out_stream.write(data)
@@ -138,4 +143,4 @@ async def relay(
             await out_stream.write_eof()
     usage = filt.usage if filt.usage.complete else None
     est = filt.estimated_completion_tokens()
-    return out_stream, Outcome(resp.status, usage, est, first_data_s)
+    return out_stream, Outcome(resp.status, usage, est, first_data_s, t_sent_s)

@@ -1,7 +1,9 @@
 """A streaming client that closes as soon as it has read ``[DONE]`` (as SDKs do)
 must not lose the turn: the upstream finished, its usage arrived, vLLM holds the
 context. Found against real vLLM (tests/realvllm: a chat-stream agent recorded
-with 0 turns)."""
+with 0 turns). Nor the online model's observation of the request: that outcome
+once lacked its send time, and under `taskset -c 0 make test` the real-engine
+prefill test found no observation of its request."""
 
 from __future__ import annotations
 
@@ -34,3 +36,6 @@ async def test_client_closing_after_done_keeps_the_turn(
         while agent.in_flight:
             await asyncio.sleep(0.01)
     assert agent.turns == 1 and agent.context_tokens is not None
+    (seen,) = router.core.observations.recent("i0")
+    assert seen.prompt_tokens + seen.completion_tokens == agent.context_tokens
+    assert seen.ttft_s >= 0.0 and seen.t_s > 0.0
