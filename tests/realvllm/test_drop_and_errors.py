@@ -18,6 +18,7 @@ from tests.realvllm.engine import (
     run_agent,
     running_router,
     start_agent,
+    until_conclusive,
     wait_for,
 )
 
@@ -28,9 +29,6 @@ pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(900)]
 def router(vllm: VllmServer, vllm_workdir: Path) -> Iterator[Router]:
     with running_router(vllm_workdir, vllm.url, name="router-drop") as r:
         yield r
-
-
-ATTEMPTS = 3
 
 
 def _drop_once(
@@ -68,14 +66,15 @@ def test_dropped_stream_is_aborted_upstream_and_not_counted(
     # agent may read its third chunk only after vLLM finished, and then there is
     # nothing left to abort. Such a try proves nothing either way and is run again
     # (bounded); a router that never aborts upstream fails every try.
-    late: list[int] = []
-    for _ in range(ATTEMPTS):
-        first, generated, status = _drop_once(vllm, router, vllm_workdir)
-        if generated < 1900 + first["usage"]["completion_tokens"]:
-            break
-        late.append(generated)
-    else:
-        pytest.fail(f"vLLM generated every token in {ATTEMPTS} tries ({late}): no abort reached it")
+    def aborted(t: tuple[dict[str, Any], int, dict[str, Any]]) -> bool:
+        return t[1] < 1900 + t[0]["usage"]["completion_tokens"]
+
+    tries = until_conclusive(lambda _: _drop_once(vllm, router, vllm_workdir), aborted)
+    first, _, status = tries[-1]
+    assert aborted(tries[-1]), (
+        f"vLLM generated every token in {len(tries)} tries ({[t[1] for t in tries]}): "
+        "no abort reached it"
+    )
     # the ledger keeps the completed turn only: C_a is that turn's context
     usage = first["usage"]
     assert status["turns"] == 1

@@ -34,6 +34,7 @@ from tests.realvllm.engine import (
     spawn,
     start_agent,
     tool,
+    until_conclusive,
     wait_for,
     wait_healthy,
 )
@@ -129,9 +130,9 @@ def test_ledger_usage_against_vllm_kv_usage(
     # The second turns last a few seconds and a scrape of vLLM's /metrics while it
     # decodes can take most of a second: on a starved machine every scrape may miss
     # the window. Such a try compares nothing and is run again (bounded).
-    tries: list[UsageTry] = []
-    while len(tries) < 3 and not (tries and tries[-1].during):
-        tries.append(_usage_try(vllm, vllm_workdir, f"router-usage-{len(tries)}", k))
+    tries = until_conclusive(
+        lambda i: _usage_try(vllm, vllm_workdir, f"router-usage-{i}", k), lambda t: bool(t.during)
+    )
     last = tries[-1]
     u, contexts, prompts2, during = last.u, last.contexts, last.prompts2, last.during
     assert during, (
