@@ -5,7 +5,7 @@ stderr), writes each item's numbers to ``<out>/results/<item>.json`` and its
 plots to ``<out>/results/*.png``, and regenerates ``<out>/results.md`` from all
 items' JSON (so ``--only`` reruns some items and keeps the others).
 
-    .venv/bin/python -m scripts.results                   # everything (~15 min on 2 cores)
+    .venv/bin/python -m scripts.results                   # everything (~6 min on 2 quiet cores)
     .venv/bin/python -m scripts.results --only fig7,oracle --jobs 2
     .venv/bin/python -m scripts.results --quick --out /tmp/results   # smoke run (< 1 min)
 
