@@ -4,7 +4,9 @@ Runs ``../shared/bench/router/bench.py`` (one fake vLLM backend, the router unde
 test pinned to CPU 0, backend and load generator on CPU 1; see its README) with
 the targets ``direct``, ``vllm-router`` and ``kairos`` (this checkout's
 ``kairos-router run``, every feature on), and optionally ``kairos-before`` (the
-same router at another git ref, for a before/after in one run). It then writes
+same router at another git ref, for a before/after in one run), and with
+``--floor`` ``aiohttp-floor`` (``scripts/bench_router_floor.py``: a bare aiohttp +
+uvloop proxy, what any router on this HTTP stack costs at least). It then writes
 the summary table into ``docs/router.md`` between the ``bench-sidebyside``
 markers, with the command, the date and the machine's load.
 
@@ -14,6 +16,7 @@ without it and the table says so.
 
     .venv/bin/python scripts/bench_router_sidebyside.py                 # ~2 minutes
     .venv/bin/python scripts/bench_router_sidebyside.py --before HEAD~3 --rounds 2
+    .venv/bin/python scripts/bench_router_sidebyside.py --floor --rounds 3
 
 All traffic stays on 127.0.0.1; every load cell is bounded by ``--duration``.
 """
@@ -45,6 +48,7 @@ KAIROS = (
     "{env}{python} -m router.cli run --backend {{backend_url}} --host 127.0.0.1 "
     "--port {{port}} --state-dir {{workdir}}/state"
 )
+FLOOR = "{python} {here}/bench_router_floor.py {{backend_url}} {{port}}"
 CELLS = (("false", 1), ("true", 1), ("false", 64), ("true", 64))
 
 
@@ -135,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--harness", type=Path, default=ROOT.parent / "shared" / "bench" / "router")
     ap.add_argument("--vllm-router-venv", type=Path, default=ROOT / ".cache" / "vllm-router-venv")
     ap.add_argument("--before", default="", help="git ref to run as kairos-before (same run)")
+    ap.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run aiohttp-floor: a bare aiohttp + uvloop proxy (any aiohttp router's floor)",
+    )
     ap.add_argument("--duration", type=float, default=4.0)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out-dir", type=Path, default=None)
@@ -161,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             "kairos-before="
             + KAIROS.format(env=f"PYTHONPATH={shlex.quote(str(old))} ", python=python)
         )
+    if args.floor:
+        targets.append("aiohttp-floor")
+        here_dir = shlex.quote(str(ROOT / "scripts"))
+        specs.append("aiohttp-floor=" + FLOOR.format(python=python, here=here_dir))
     out = args.out_dir or Path(tempfile.mkdtemp(prefix="kairos-sidebyside."))
     harness_python = str((venv or Path(sys.prefix)) / "bin" / "python")
     cmd = [harness_python, str(bench)]
