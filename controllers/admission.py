@@ -31,7 +31,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from controllers.placement import InstanceLoad, PlacementPolicy, PlacementRequest
+from controllers.placement import InstanceLoad, LeastContext, PlacementPolicy, PlacementRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,3 +192,53 @@ def rehome_held(
         )
         by_name[target] = dataclasses.replace(gate, load=load)
     return tuple(moves)
+
+
+def overflow_target(
+    agent_id: str,
+    current: str,
+    context_tokens: int,
+    running_tokens: int,
+    gates: Sequence[InstanceGate],
+    rule: AdmissionRule,
+) -> str | None:
+    """Where an admitted agent goes, at its next request, if it cannot run where it is.
+
+    Contexts keep growing after admission, so the agents of one instance can come
+    to need more than its KV cache. When the agent's context ``C_a`` and those of
+    the requests already running there (``running_tokens``) exceed ``U_max``, vLLM
+    must preempt and recompute to serve it. Algorithm 3 moves an agent only once
+    ``U_i ≥ ρ·U_j`` (ρ = 2), which left such an instance thrashing beside instances
+    with room (Claude Code trace, 0.008 sessions/s: ``U/U_max`` 1.2–1.3 for an hour
+    next to 0.77, 47 preemptions). So the agent moves, at once, to the instance of
+    least context that has room for it by Eq. 13 (``U_j < γ·U_max`` and
+    ``U_j + C_a ≤ β·U_max``); it re-prefills there, which preemption would have made
+    it do anyway, and its cache on the old instance becomes evictable.
+
+    Idle contexts do not trigger it: vLLM evicts an idle agent's prefix cache
+    without preempting anyone, and a move then only costs a re-prefill (moving
+    whenever ``U_i > U_max`` cost one of 16 cells at 0.004 sessions/s two points of
+    attainment). The move admits nobody (the context is already in the fleet), so
+    agents held on the target or a deferring daemon there do not stop it (requiring
+    that cost most of the effect: 72 instead of 19 preemptions at 0.008 sessions/s).
+    Room is judged with Eq. 13 under every policy, also where admission control is
+    off. None: stay. docs/control-law.md, point 10.
+    """
+    here = next((g for g in gates if g.load.name == current), None)
+    if here is None or context_tokens <= 0:
+        return None
+    if running_tokens + context_tokens <= here.load.capacity_tokens:
+        return None
+    room = dataclasses.replace(rule, enabled=True, admit_within_beta=True)
+    fits = [
+        g.load
+        for g in gates
+        if g.load.name != current
+        and g.load.capacity_tokens > 0
+        and admit_in_order(
+            ((agent_id, context_tokens),), g.load.usage_tokens, g.load.capacity_tokens, room
+        )[0]
+    ]
+    if not fits:
+        return None
+    return LeastContext().place(PlacementRequest(agent_id, 0, context_tokens), fits)

@@ -107,6 +107,10 @@ class ReassignmentConfig:
     enabled: bool = True
     interval_requests: int = 8
     rho: float = 2.0
+    relieve_overflow: bool = True
+    """Also move an agent off an instance whose contexts exceed its KV cache, to one
+    with room, at its next request (:func:`controllers.admission.overflow_target`;
+    docs/control-law.md, point 10). False: Algorithm 3 alone (the paper)."""
 
 
 @dataclass(frozen=True, slots=True)

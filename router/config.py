@@ -36,6 +36,7 @@ class PlacementSettings:
     reassign: bool = True
     reassign_interval_requests: int = 8
     rho: float = 2.0
+    relieve_overflow: bool = True
     hot: float = _CONFIDENT.hot
     cool: float = _CONFIDENT.cool
     recompute_factor: float = _CONFIDENT.recompute_factor

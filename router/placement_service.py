@@ -11,7 +11,10 @@ every policy but ``confident``, which uses :class:`ConfidentReassignment` (reaso
 KV cache stays behind), so a move happens only when the source is under pressure,
 the target has room, the expected relief outweighs the recompute, and the case
 held for ``confirm`` checks. Its per-agent streaks are dropped when an agent
-leaves the ledger or is placed anew.
+leaves the ledger or is placed anew. Before either, under every policy, overflow
+relief (:func:`controllers.admission.overflow_target`, reason ``overflow``) moves
+an agent whose request would not fit beside those running on its instance to one
+with room (``relieve_overflow``).
 
 An instance whose capacity is unknown (no daemon, no ``/metrics``, nothing
 configured) is presented with capacity 0, which makes Algorithm 2 spread onto
@@ -25,7 +28,7 @@ from collections.abc import Collection
 
 import structlog
 
-from controllers.admission import place
+from controllers.admission import overflow_target, place
 from controllers.confident_placement import ConfidentReassignment
 from controllers.placement import (
     InstanceLoad,
@@ -87,6 +90,7 @@ class PlacementService:
                 enabled=settings.reassign,
                 interval_requests=settings.reassign_interval_requests,
                 rho=settings.rho,
+                relieve_overflow=settings.relieve_overflow,
             )
         )
         policy = admission.policy
@@ -136,9 +140,15 @@ class PlacementService:
         current = agent.instance
         if current is None or not agent.admitted:
             return None
-        if not self.rule.config.enabled or agent.steps_since_assign < self.interval_requests:
+        if not self.rule.config.enabled:
+            return None
+        relief = self._overflow_target(agent, current)
+        if relief is not None:
+            decision, reason = ReassignmentDecision(target=relief, reset_counter=True), "overflow"
+        elif agent.steps_since_assign < self.interval_requests:
             return None  # the rule would not act: skip building every instance's load
-        decision, reason = self._decide(agent, current)
+        else:
+            decision, reason = self._decide(agent, current)
         if decision.reset_counter:
             agent.steps_since_assign = 0
         if decision.target is None or decision.target == current:
@@ -153,6 +163,29 @@ class PlacementService:
             reason=reason,
         )
         return decision.target
+
+    def _overflow_target(self, agent: Agent, current: str) -> str | None:
+        """Overflow relief (:func:`controllers.admission.overflow_target`): the
+        agent's request would not fit beside those running on ``current``."""
+        inst = self.pool.get(current)
+        ledger = self.ledger
+        if not self.rule.config.relieve_overflow or inst is None or not inst.capacity_tokens:
+            return None
+        if ledger.usage_tokens(current) <= inst.capacity_tokens:
+            return None  # the common case: nothing more to read
+        running = sum(
+            ledger.context_of(other)
+            for other in map(ledger.get, ledger.ongoing_ids(current))
+            if other is not None and other is not agent and other.in_flight > 0
+        )
+        return overflow_target(
+            agent.agent_id,
+            current,
+            ledger.context_of(agent),
+            running,
+            self.admission.gates(),
+            self.admission.rule,
+        )
 
     def _decide(self, agent: Agent, current: str) -> tuple[ReassignmentDecision, str]:
         if self.confident is None:

@@ -52,10 +52,12 @@ from controllers.admission import (
     HeldAgent,
     InstanceGate,
     new_agent_tokens,
+    overflow_target,
     place,
     rehome_held,
 )
 from controllers.energy_attribution import EnergyAccountant
+from controllers.placement import ReassignmentDecision
 from reporting.energy import with_energy
 from reporting.records import AgentRecord, EpochRecord
 from simulator.agents import SimAgent
@@ -221,6 +223,7 @@ class Cluster:
         self.agents_done: list[AgentRecord] = []
         self.started_agents = 0
         self.reassignments = 0
+        self.overflow_moves = 0
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
         self._placements = 0
@@ -343,6 +346,25 @@ class Cluster:
             self._admit(target, agent, t)
         self._placements += len(moves)
 
+    def _overflow_target(self, inst: _Instance, agent: SimAgent) -> str | None:
+        """The router's overflow relief (:func:`controllers.admission.overflow_target`)."""
+        rule = self.config.reassignment
+        if not (rule.enabled and rule.relieve_overflow):
+            return None
+        if inst.usage <= inst.engine.capacity_tokens:
+            return None  # the common case, without building every instance's gate
+        running = sum(
+            a.usage_tokens() for a in inst.ongoing.values() if a.in_flight and a is not agent
+        )
+        return overflow_target(
+            agent.agent_id,
+            inst.name,
+            agent.usage_tokens(),
+            running,
+            self.gates(),
+            self.admission_rule,
+        )
+
     def _admit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
         agent.admitted = True
         agent.pending_s += t - agent.waiting_since_s
@@ -374,7 +396,11 @@ class Cluster:
         agent.release_s = t
         inst = self.instances[agent.instance]
         agent.steps_since_assignment += 1
-        if self.confident is not None:
+        relief = self._overflow_target(inst, agent)
+        if relief is not None:
+            decision = ReassignmentDecision(target=relief, reset_counter=True)
+            self.overflow_moves += 1
+        elif self.confident is not None:
             decision = self.confident.decide_agent(
                 inst.name,
                 agent.steps_since_assignment,

@@ -147,6 +147,7 @@ def _counters(cluster: Cluster, arrivals: int) -> dict[str, float]:
     totals["arrivals"] = float(arrivals)
     totals["started_agents"] = float(cluster.started_agents)
     totals["reassignments"] = float(cluster.reassignments)
+    totals["overflow_moves"] = float(cluster.overflow_moves)
     totals["instances"] = float(n_inst)
     return totals
 
@@ -188,6 +189,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "prefill_reused_tokens": int(c.get("prefill_reused_tokens", 0)),
         "evicted_tokens": int(c.get("evicted_tokens", 0)),
         "reassignments": int(c.get("reassignments", 0)),
+        "overflow_moves": int(c.get("overflow_moves", 0)),
         "wall_s": result.wall_s,
     }
 

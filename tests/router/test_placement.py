@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import StartRouter, control, instance_of, one_turn, start_agent
 
@@ -106,3 +108,37 @@ async def test_admin_add_remove_instance(
     assert len(backend2.received) == 1
     status, body = await control("DELETE", admin + "/nope")
     assert status == 404 and body["error"]["code"] == "not_found"
+
+
+async def test_overflow_relief_moves_a_request_that_cannot_fit_beside_the_running_ones(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    """Two agents on i0 grow past its KV cache; while one runs, the other's request
+    moves to i1 (control-law point 10); while none runs, idle contexts move nobody."""
+    for b in (backend, backend2):
+        b.behaviour.capacity_tokens = 10_000
+        b.behaviour.prompt_tokens = 1000
+    router = await _two(make_router, backend, backend2)
+    a, b = await start_agent(router.url), await start_agent(router.url)
+    await one_turn(router, a)
+    await one_turn(router, b)
+    assert [instance_of(router, t) for t in (a, b)] == ["i0", "i0"]  # consolidated
+    backend.behaviour.prompt_tokens = 5000  # both contexts grow to 5004: U_i0 > U_max
+    await one_turn(router, a)
+    await one_turn(router, b)
+    assert router.core.ledger.usage_tokens("i0") == 10_008
+    await one_turn(router, a)  # U_i0 > U_max, but only idle contexts beside it: stays
+    assert instance_of(router, a) == "i0"
+    backend.behaviour.gate = asyncio.Event()
+    running = asyncio.create_task(one_turn(router, a))
+    async with backend.arrived:
+        await backend.arrived.wait_for(lambda: len(backend.received) == 6)
+    try:  # 5004 running + its 5004 > 10_000: moves to i1 at once (on i0 it would wait)
+        await asyncio.wait_for(one_turn(router, b), timeout=30)
+    finally:
+        backend.behaviour.gate.set()
+        await running
+    assert [instance_of(router, t) for t in (a, b)] == ["i0", "i1"]
+    assert len(backend2.received) == 1
+    metrics = router.core.metrics.render().decode()
+    assert 'reassignments_total{reason="overflow",source="i0",target="i1"} 1.0' in metrics

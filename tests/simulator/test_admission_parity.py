@@ -93,3 +93,35 @@ async def _check(ongoing: list[list[int]], held: list[tuple[int, int]], newcomer
     # Held agents: the router's moves are the simulator's.
     sim_moves = rehome_held(cluster.placement, views, cluster.gates(), cluster.admission_rule)
     assert adm.rehome() == sim_moves
+
+
+running_st = st.lists(
+    st.lists(st.tuples(st.integers(1_000, 200_000), st.booleans()), max_size=4),
+    min_size=N,
+    max_size=N,
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ongoing=running_st, mover=st.integers(1_000, 300_000))
+def test_overflow_relief_alike(ongoing: list[list[tuple[int, bool]]], mover: int) -> None:
+    """An agent of sim0 issues a request beside those in flight: the router and the
+    simulator move it to the same instance, or keep it (control-law point 10)."""
+    core, cluster = _router(), _cluster()
+    ledger = core.ledger
+    for i, agents in enumerate(ongoing):
+        for k, (size, running) in enumerate(agents):
+            aid = f"on-{i}-{k}"
+            ledger.add(
+                Agent(aid, 0.0, 0.0, instance=f"sim{i}", admitted=True, context_tokens=size)
+            ).in_flight = int(running)
+            sim = SimAgent(_program(aid, size), 0.0, i)
+            sim.context_tokens, sim.admitted, sim.in_flight = size, True, running
+            cluster.instances[i].join(sim)
+    agent = ledger.add(Agent("m", 0.0, 0.0, instance="sim0", admitted=True, context_tokens=mover))
+    sim = SimAgent(_program("m", mover), 0.0, 0)
+    sim.context_tokens, sim.admitted = mover, True
+    cluster.instances[0].join(sim)
+    assert core.placement._overflow_target(agent, "sim0") == cluster._overflow_target(
+        cluster.instances[0], sim
+    )

@@ -91,6 +91,32 @@ def test_consolidating_placement_and_reassignment_across_instances() -> None:
     assert no_reassign.run.counters["reassignments"] == 0
 
 
+def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
+    # Three agents consolidated on sim0 grow to ~11K tokens each on a 20K cache and
+    # run back to back: without relief sim0 preempts (Algorithm 3 never fires: sim1
+    # is idle, not a target); with it the agents that cannot fit move to sim1.
+    preset = small_preset(kv_tokens=20_000)
+    programs = [list_agent(i, turns=30, think_s=0.5, prompt=4000) for i in range(3)]
+
+    def run(relieve: bool) -> Cluster:
+        config = ClusterConfig(
+            policy="kairos",
+            duration_s=1800.0,
+            instances=2,
+            reassignment=ReassignmentConfig(relieve_overflow=relieve),
+        )
+        cluster = Cluster(preset, config, ListWorkload(programs), [0.0, 0.5, 1.0])
+        cluster.run()
+        return cluster
+
+    relieved, paper = run(True), run(False)
+    assert paper.overflow_moves == 0 and sum(e.preemptions for e in paper.epochs) > 0
+    assert relieved.overflow_moves > 0 and sum(e.preemptions for e in relieved.epochs) == 0
+    assert {a.instances[0] for a in relieved.agents_done} == {"sim0"}  # consolidated first
+    assert any(a.instances[-1] == "sim1" for a in relieved.agents_done)
+    assert max(a.end_s for a in relieved.agents_done) < max(a.end_s for a in paper.agents_done)
+
+
 def test_reproducible_from_seed_and_records_round_trip(tmp_path: Path) -> None:
     spec = SimSpec(policy="kairos", rate_per_s=0.08, duration_s=1200.0, seed=9)
     a, b = run_sim(spec), run_sim(spec)

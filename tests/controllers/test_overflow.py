@@ -1,0 +1,84 @@
+"""Overflow relief (controllers.admission.overflow_target, control-law point 10): an
+agent whose request cannot fit beside the requests running on its instance moves
+to the instance of least context with room by Eq. 13; idle contexts move nobody."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from controllers import InstanceLoad
+from controllers.admission import AdmissionRule, InstanceGate, overflow_target
+
+CAP = 100_000
+RULE = AdmissionRule()  # β = 0.95, γ = 0.90
+
+
+def gate(name: str, idx: int, u: int, held: int = 0, defer: bool = False) -> InstanceGate:
+    return InstanceGate(InstanceLoad(name, idx, u, CAP, active=u > 0), held=held, defer=defer)
+
+
+FLEET = [gate("i0", 0, 130_000), gate("i1", 1, 60_000), gate("i2", 2, 30_000)]
+
+
+def test_moves_to_least_context_with_room_when_the_request_cannot_fit() -> None:
+    # 60K running beside a 50K agent > U_max: i2 (least context, 30K + 50K ≤ 95K)
+    assert overflow_target("a", "i0", 50_000, 60_000, FLEET, RULE) == "i2"
+
+
+def test_idle_contexts_move_nobody() -> None:
+    # U_i0 = 130K > U_max, but only 40K run beside the agent: vLLM evicts idle caches
+    assert overflow_target("a", "i0", 50_000, 40_000, FLEET, RULE) is None
+
+
+def test_stays_when_no_instance_has_room_by_eq_13() -> None:
+    full = [FLEET[0], gate("i1", 1, 90_000), gate("i2", 2, 50_000)]  # ≥ γ; 50K + 50K > β
+    assert overflow_target("a", "i0", 50_000, 60_000, full, RULE) is None
+    assert overflow_target("a", "i0", 50_000, 60_000, [*full, gate("i3", 3, 45_000)], RULE) == (
+        "i3"  # 45K + 50K = 95K ≤ β·U_max
+    )
+
+
+def test_held_agents_or_a_deferring_daemon_on_the_target_do_not_stop_it() -> None:
+    # the mover's context is already in the fleet: the move admits nobody
+    fleet = [FLEET[0], gate("i1", 1, 20_000, held=2, defer=True)]
+    assert overflow_target("a", "i0", 50_000, 60_000, fleet, RULE) == "i1"
+
+
+def test_room_is_judged_by_eq_13_also_without_admission_control() -> None:
+    off = AdmissionRule(enabled=False)
+    assert overflow_target("a", "i0", 50_000, 60_000, FLEET, off) == "i2"
+    full = [FLEET[0], gate("i1", 1, 90_000)]
+    assert overflow_target("a", "i0", 50_000, 60_000, full, off) is None
+
+
+def test_unknown_instance_or_empty_agent_stays() -> None:
+    assert overflow_target("a", "gone", 50_000, 60_000, FLEET, RULE) is None
+    assert overflow_target("a", "i0", 0, 200_000, FLEET, RULE) is None
+
+
+@given(
+    st.lists(st.integers(0, 2 * CAP), min_size=1, max_size=6),
+    st.integers(1, CAP),
+    st.integers(0, 2 * CAP),
+)
+def test_a_target_is_another_instance_with_room_and_the_least_loaded_one(
+    usages: list[int], size: int, running: int
+) -> None:
+    gates = [gate(f"i{k}", k, u) for k, u in enumerate(usages)]
+    target = overflow_target("a", "i0", size, running, gates, RULE)
+    if running + size <= CAP:
+        assert target is None
+        return
+
+    def room(u: int) -> bool:
+        return u == 0 or (u < RULE.gamma * CAP and u + size <= RULE.beta * CAP)
+
+    fits = [g.load for g in gates[1:] if room(g.load.usage_tokens)]
+    if not fits:
+        assert target is None
+        return
+    assert target is not None and target != "i0"
+    chosen = next(g.load for g in gates if g.load.name == target)
+    assert room(chosen.usage_tokens)
+    assert chosen.usage_tokens == min(f.usage_tokens for f in fits)
