@@ -167,9 +167,11 @@ class PlacementService:
     def _overflow_target(self, agent: Agent, current: str) -> str | None:
         """Overflow relief (:func:`controllers.admission.overflow_target`): the
         agent's request would not fit beside those running on ``current``."""
+        if not self.rule.config.relieve_overflow:
+            return None
         inst = self.pool.get(current)
         ledger = self.ledger
-        if not self.rule.config.relieve_overflow or inst is None or not inst.capacity_tokens:
+        if inst is None or not inst.capacity_tokens:
             return None
         if ledger.usage_tokens(current) <= inst.capacity_tokens:
             return None  # the common case: nothing more to read

@@ -18,7 +18,6 @@ import argparse
 import dataclasses
 import os
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
 
 from controllers import ReassignmentConfig
 from scripts.results_lib.items_claude import claude_spec, kairos_failures
@@ -89,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         for p in POLICIES:
             for r in (False, True):
                 runs = [res[(st, p, r, s)] for s in seeds]
-                cells: Any = "–"
+                cells = "–"
                 if p == "kairos":
                     ok = sum(
                         not kairos_failures(res[(st, "no-control", r, s)], res[(st, p, r, s)])
