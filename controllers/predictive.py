@@ -349,11 +349,14 @@ class PredictiveController:
         if not self.model.ready or shape is None:
             return self._emit(snapshot, base, base.level, f"warmup-{base.reason}", {})
         self._current_level(snapshot)
-        margins, bare = self._margins_now(snapshot, base.usage_tokens, shape)
+        # The context KAIROS's level comes from (docs/control-law.md, point 6): idle
+        # sessions' contexts count only under context pressure, as in Eq. 9.
+        working = self.kairos.working_usage(snapshot)
+        margins, bare = self._margins_now(snapshot, working, shape)
         for lv, m in margins.items():
             self._margins[lv].append(m)
         floor = self.efficient_floor(shape)
-        context_high = base.usage_tokens >= self.kairos.config.alpha * snapshot.capacity_tokens
+        context_high = working >= self.kairos.config.alpha * snapshot.capacity_tokens
         if base.boost or context_high:
             # KAIROS's safety nets: an agent under τ, or U ≥ α·U_max (Eq. 8: the
             # cache is near full, only draining at the top clock avoids thrashing).

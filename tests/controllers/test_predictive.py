@@ -137,6 +137,32 @@ def test_follows_kairos_to_the_top_when_the_cache_is_nearly_full() -> None:
     assert after.level == calm.level
 
 
+def test_idle_contexts_do_not_pin_the_top_clock_without_pressure() -> None:
+    """As KAIROS's level (docs/control-law.md, point 6), the ``U ≥ α·U_max`` net and
+    the context margins count sessions sitting in tool calls only under pressure:
+    idle long contexts leave the predicted level alone, a held agent brings the
+    net back (on the Claude Code trace idle contexts pinned the top clock)."""
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    epoch = _warm(ctrl, 660, [200.0])
+    calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
+    now = 5.0 * (epoch + 1) + 1000.0
+    idle = tuple(
+        AgentView(f"i{i}", 0.0, int(0.4 * CAP), decode_tokens=20_000, llm_time_s=100.0,
+                  completed_steps=5, last_active_s=now - 60.0)
+        for i in range(2)
+    )  # U = 0.8·U_max: past α, under γ, nobody in flight for a minute  # fmt: skip
+    quiet = InstanceSnapshot(now, epoch + 1, CAP, ongoing=idle, clock_mhz=calm.clock_mhz)
+    d = ctrl.decide(quiet)
+    assert d.reason != "context-high" and d.level < LEVELS.count
+    assert d.report is not None and d.report.slo_margin_by_level[d.level] >= 0
+    held = AgentView("new", now, None, estimated_context_tokens=20_000, waiting_since_s=now)
+    pressed = InstanceSnapshot(
+        now + 5.0, epoch + 2, CAP, ongoing=idle, pending=(held,), clock_mhz=d.clock_mhz
+    )
+    d2 = ctrl.decide(pressed)
+    assert d2.level == LEVELS.count and d2.reason == "context-high"
+
+
 def test_returns_to_its_level_after_a_boost() -> None:
     """A boost is a safety net, not an operating point: once nobody is under τ
     the controller resumes the level it held, instead of walking down from the top."""
