@@ -200,8 +200,8 @@ class PredictiveController:
         slowest = sorted(helpable, key=lambda ta: ta[0])[: self.config.slowest_agents]
         phi = self._llm_fraction(snap)
         pending = sum(self.kairos.agent_context(a) for a in snap.pending)
-        base = max(float(usage + pending), self._little_tokens(snap, usage))
         limit = cfg.alpha * snap.capacity_tokens
+        base = self._context_base(snap, float(usage + pending), usage, phi, shape, f_now, limit)
         with_margin: dict[int, float] = {}
         bare: dict[int, float] = {}
         for lv in range(1, self.levels.count + 1):
@@ -221,6 +221,28 @@ class PredictiveController:
             with_margin[lv] = min(worst / (tau * (1.0 + self.config.margin)) - 1.0, ctx_m)
             bare[lv] = min(worst / tau - 1.0, ctx_m)
         return with_margin, bare
+
+    def _context_base(
+        self, snap: InstanceSnapshot, now_tokens: float, usage: int, phi: float,
+        shape: RequestShape, f_now: float, limit: float,
+    ) -> float:  # fmt: skip
+        """The context the margin projects: Little's steady state when it is larger
+        than today's and some clock can keep it under ``α·U_max``, else today's.
+
+        A steady state no clock can hold under the limit is left to admission
+        (Eq. 13 holds what does not fit; fleet admission places it elsewhere), as
+        agents no clock can lift are left to the boost: chasing it pinned the clock
+        at KAIROS's ceiling on the consolidation target of the Claude Code trace,
+        whose arrivals and session lifetimes project 1–3× ``α·U_max`` for an
+        instance that never holds that much (docs/beyond.md).
+        """
+        little = self._little_tokens(snap, usage)
+        if little <= now_tokens:
+            return now_tokens
+        fastest = self.model.slowdown(shape, self.levels.max_mhz, f_now)
+        if fastest is None or little * (1.0 - phi + phi * max(fastest, 1e-3)) > limit:
+            return now_tokens
+        return little
 
     def _boost_level(self, snap: InstanceSnapshot, shape: RequestShape) -> int:
         """KAIROS's boost, sized: the lowest level above the current one at which

@@ -216,6 +216,43 @@ def test_context_projection_blocks_lower_clocks() -> None:
     assert d.report.slo_margin_by_level[2] < 0 <= d.report.slo_margin_by_level[3]
 
 
+def _after_departures(
+    ctrl: PredictiveController, epoch: int, left: int, context: int, clock: int
+) -> InstanceSnapshot:
+    """Let ``left`` agents that lived 1005 s leave (with the warm-up's agent), then
+    return a snapshot with one active agent of ``context`` tokens at t = 1005 s:
+    Little's law projects ``λ̂·Ŵ·C̄ = (left + 2) · context``."""
+    now = 1000.0 + 5 * epoch
+    gone = tuple(
+        AgentView(f"g{i}", now - 1000.0, 10_000, None, 8000, 100.0, 5) for i in range(left)
+    )
+    ctrl.decide(InstanceSnapshot(now, epoch, CAP, ongoing=gone, clock_mhz=clock))
+    one = (AgentView("x", now, context, None, 8000, 100.0, 5, in_flight=True),)
+    return InstanceSnapshot(now + 5.0, epoch + 1, CAP, ongoing=one, clock_mhz=clock)
+
+
+def test_little_projection_no_clock_can_hold_is_left_to_admission() -> None:
+    """A steady state past ``α·U_max`` at every clock does not raise the clock:
+    admission holds what does not fit, as the boost leaves agents no clock can
+    lift; the margin then projects today's context. One the top clock can hold
+    is still projected (Little's law, docs/beyond.md §2)."""
+    limit = 0.75 * CAP
+    top = LEVELS.count
+    margins = {}
+    for left in (0, 5):  # with the warm-up agent: λ̂·Ŵ·C̄ = 2·C and 7·C
+        ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+        epoch = _warm(ctrl, 660, [200.0])
+        d = ctrl.decide(_after_departures(ctrl, epoch, left, int(0.5 * limit), 660))
+        assert d.report is not None
+        margins[left] = d.report.slo_margin_by_level
+    # 7·C = 3.5·α·U_max: no clock holds it, today's C = 0.5·α·U_max is projected.
+    stretch = (1.0 - margins[5][top]) / 0.5  # the top clock's lifetime stretch
+    assert 0.3 < stretch <= 1.0
+    assert margins[5][1] > 0
+    # 2·C = α·U_max: the top clock holds it (stretch < 1), so it is projected.
+    assert margins[0][top] == pytest.approx(1.0 - 1.0 * stretch, abs=0.01)
+
+
 @settings(max_examples=25, deadline=None)
 @given(
     tputs=st.lists(st.floats(1.0, 200.0), min_size=1, max_size=8),
