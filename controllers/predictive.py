@@ -10,10 +10,11 @@ epoch picks the lowest level that satisfies two predicted constraints:
 * **throughput**: every ongoing agent's Eq. 10 throughput divided by the
   predicted slowdown stays ≥ ``τ·(1 + margin)``;
 * **context** (Little's law): the aggregate context the instance would hold —
-  today's ongoing + pending contexts, and ``λ̂·Ŵ·C̄`` from the measured arrival
-  rate, agent lifetime and context per agent — scaled by how much longer
-  agents live at that clock (only their LLM time stretches, not tool time)
-  stays ≤ ``α·U_max``.
+  today's ongoing + pending contexts (ongoing: KAIROS's working set,
+  docs/control-law.md point 6), and ``λ̂·Ŵ·C̄`` from the measured arrival
+  rate, agent lifetime and context per agent unless no clock could hold it —
+  scaled by how much longer agents live at that clock (only their LLM time
+  stretches, not tool time) stays ≤ ``α·U_max``.
 
 Stepping **up** is immediate (the lowest feasible level above the current one).
 Stepping **down** follows Evolving Infra §4.3: one level at a time, only when
