@@ -1,0 +1,57 @@
+"""``scripts/compare_claude.py``: which bar a policy is held to, and its table row."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from scripts.compare_claude import cell_ok, row
+from scripts.results_lib.items_claude import FIXED
+
+
+def _m(power_w: float, done: int = 50, attainment: float = 0.95, **kw: Any) -> dict[str, Any]:
+    return {
+        "avg_power_w": power_w,
+        "completed_agents": done,
+        "slo_attainment": attainment,
+        "energy_per_output_token_j": kw.get("j", 5.0),
+        "mean_pending_s": kw.get("pending", 0.0),
+        "preemptions": kw.get("preemptions", 0),
+    }
+
+
+BASE = _m(500.0, j=6.0)
+
+
+def test_kairos_policies_are_held_to_the_default_bar() -> None:
+    assert cell_ok("kairos", BASE, _m(440.0), {})  # 12 % saved, nothing else lost
+    assert not cell_ok("kairos", BASE, _m(460.0), {})  # 8 % saved
+    assert not cell_ok("kairos-paper", BASE, _m(440.0, pending=31.0), {})
+    assert not cell_ok("kairos", BASE, _m(440.0, done=48), {})  # < 0.98 × 50
+
+
+def test_other_policies_are_held_to_the_best_fixed_clock_minus_a_point() -> None:
+    fixed = {
+        "fixed:900": _m(400.0, attainment=0.90),  # 20 % but 5 points of attainment lost
+        "fixed:1020": _m(410.0),  # 18 %: the best that qualifies
+        "fixed:1140": _m(420.0),
+    }
+    assert cell_ok("predictive", BASE, _m(414.0), fixed)  # 17.2 % ≥ 18 − 1
+    assert not cell_ok("predictive", BASE, _m(416.0), fixed)  # 16.8 %
+    none_qualifies = {"fixed:900": _m(400.0, done=40)}
+    assert cell_ok("predictive", BASE, _m(480.0), none_qualifies)
+
+
+def test_row_sums_counts_and_averages_the_rest() -> None:
+    res = {
+        ("no-control", 0.004, 1): BASE,
+        ("no-control", 0.004, 2): BASE,
+        ("kairos", 0.004, 1): _m(440.0, done=50, preemptions=2),
+        ("kairos", 0.004, 2): _m(460.0, done=49, preemptions=1, pending=10.0),
+        **{(f, 0.004, s): _m(450.0) for f in FIXED for s in (1, 2)},
+    }
+    text = row(0.004, "kairos", res, range(1, 3))
+    cells = [c.strip() for c in text.strip("|").split("|")]
+    assert cells[:2] == ["0.004", "kairos"]
+    assert cells[2] == "10.0%"  # (12 % + 8 %) / 2
+    assert cells[5:8] == ["99", "3", "5"]  # sessions and preemptions summed, pending averaged
+    assert cells[8] == "1 of 2"
