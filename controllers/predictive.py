@@ -10,8 +10,7 @@ epoch picks the lowest level that satisfies two predicted constraints:
 * **throughput**: every ongoing agent's Eq. 10 throughput divided by the
   predicted slowdown stays ≥ ``τ·(1 + margin)``;
 * **context** (Little's law): the aggregate context the instance would hold —
-  today's ongoing + pending contexts (ongoing: KAIROS's working set,
-  docs/control-law.md point 6), and ``λ̂·Ŵ·C̄`` from the measured arrival
+  today's ongoing + pending contexts, and ``λ̂·Ŵ·C̄`` from the measured arrival
   rate, agent lifetime and context per agent unless no clock could hold it —
   scaled by how much longer agents live at that clock (only their LLM time
   stretches, not tool time) stays ≤ ``α·U_max``.
@@ -372,13 +371,16 @@ class PredictiveController:
         if not self.model.ready or shape is None:
             return self._emit(snapshot, base, base.level, f"warmup-{base.reason}", {})
         self._current_level(snapshot)
-        # The context KAIROS's level comes from (docs/control-law.md, point 6): idle
-        # sessions' contexts count only under context pressure, as in Eq. 9.
-        working = self.kairos.working_usage(snapshot)
-        margins, bare = self._margins_now(snapshot, working, shape)
+        # The context margin guards against thrashing and, like admission (Eq. 13),
+        # counts every ongoing context: idle sessions come back within a think gap.
+        margins, bare = self._margins_now(snapshot, base.usage_tokens, shape)
         for lv, m in margins.items():
             self._margins[lv].append(m)
         floor = self.efficient_floor(shape)
+        # Eq. 8's top clock comes from the context KAIROS's level comes from
+        # (docs/control-law.md, point 6): idle sessions' contexts count only under
+        # pressure (agents held here, or U ≥ γ·U_max).
+        working = self.kairos.working_usage(snapshot)
         context_high = working >= self.kairos.config.alpha * snapshot.capacity_tokens
         if base.boost or context_high:
             # KAIROS's safety nets: an agent under τ, or U ≥ α·U_max (Eq. 8: the

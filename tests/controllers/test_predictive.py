@@ -138,10 +138,11 @@ def test_follows_kairos_to_the_top_when_the_cache_is_nearly_full() -> None:
 
 
 def test_idle_contexts_do_not_pin_the_top_clock_without_pressure() -> None:
-    """As KAIROS's level (docs/control-law.md, point 6), the ``U ≥ α·U_max`` net and
-    the context margins count sessions sitting in tool calls only under pressure:
-    idle long contexts leave the predicted level alone, a held agent brings the
-    net back (on the Claude Code trace idle contexts pinned the top clock)."""
+    """As KAIROS's level (docs/control-law.md, point 6), the ``U ≥ α·U_max`` net
+    counts sessions sitting in tool calls only under pressure: idle long contexts
+    do not pin the top clock, a held agent brings the net back (on the Claude
+    Code trace idle contexts pinned it). The context margin, a thrashing guard
+    like admission, still counts them; the KAIROS ceiling bounds what it asks."""
     ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
     epoch = _warm(ctrl, 660, [200.0])
     calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
@@ -154,7 +155,7 @@ def test_idle_contexts_do_not_pin_the_top_clock_without_pressure() -> None:
     quiet = InstanceSnapshot(now, epoch + 1, CAP, ongoing=idle, clock_mhz=calm.clock_mhz)
     d = ctrl.decide(quiet)
     assert d.reason != "context-high" and d.level < LEVELS.count
-    assert d.report is not None and d.report.slo_margin_by_level[d.level] >= 0
+    assert d.report is not None and d.report.slo_margin_by_level[1] < 0
     held = AgentView("new", now, None, estimated_context_tokens=20_000, waiting_since_s=now)
     pressed = InstanceSnapshot(
         now + 5.0, epoch + 2, CAP, ongoing=idle, pending=(held,), clock_mhz=d.clock_mhz
