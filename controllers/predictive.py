@@ -201,16 +201,24 @@ class PredictiveController:
         phi = self._llm_fraction(snap)
         pending = sum(self.kairos.agent_context(a) for a in snap.pending)
         limit = cfg.alpha * snap.capacity_tokens
-        base = self._context_base(snap, float(usage + pending), usage, phi, shape, f_now, limit)
+        levels = range(1, self.levels.count + 1)
+        # How much longer agents live at each level: only their LLM time stretches.
+        stretch: dict[int, float | None] = {}
+        for lv in levels:
+            slow = self.model.slowdown(shape, self.levels.clock_of(lv), f_now)
+            stretch[lv] = None if slow is None else 1.0 - phi + phi * max(slow, 1e-3)
+        base = self._context_base(
+            snap, float(usage + pending), usage, stretch[self.levels.count], limit
+        )
         with_margin: dict[int, float] = {}
         bare: dict[int, float] = {}
-        for lv in range(1, self.levels.count + 1):
+        for lv in levels:
             clock = self.levels.clock_of(lv)
-            slow = self.model.slowdown(shape, clock, f_now)
-            if slow is None:
+            lv_stretch = stretch[lv]
+            if lv_stretch is None:
                 with_margin[lv] = bare[lv] = -1.0
                 continue
-            ctx_m = 1.0 - base * (1.0 - phi + phi * max(slow, 1e-3)) / limit
+            ctx_m = 1.0 - base * lv_stretch / limit
             worst = float("inf")
             for tput, agent in slowest:
                 s = self._agent_slowdown(shape, agent, clock, f_now)
@@ -223,11 +231,12 @@ class PredictiveController:
         return with_margin, bare
 
     def _context_base(
-        self, snap: InstanceSnapshot, now_tokens: float, usage: int, phi: float,
-        shape: RequestShape, f_now: float, limit: float,
+        self, snap: InstanceSnapshot, now_tokens: float, usage: int,
+        top_stretch: float | None, limit: float,
     ) -> float:  # fmt: skip
         """The context the margin projects: Little's steady state when it is larger
-        than today's and some clock can keep it under ``α·U_max``, else today's.
+        than today's and some clock can keep it under ``α·U_max`` (the top clock,
+        whose lifetime stretch is ``top_stretch``, is the best any can), else today's.
 
         A steady state no clock can hold under the limit is left to admission
         (Eq. 13 holds what does not fit; fleet admission places it elsewhere), as
@@ -239,8 +248,7 @@ class PredictiveController:
         little = self._little_tokens(snap, usage)
         if little <= now_tokens:
             return now_tokens
-        fastest = self.model.slowdown(shape, self.levels.max_mhz, f_now)
-        if fastest is None or little * (1.0 - phi + phi * max(fastest, 1e-3)) > limit:
+        if top_stretch is None or little * top_stretch > limit:
             return now_tokens
         return little
 
