@@ -40,6 +40,7 @@ from router.public_api import PublicApi
 from router.secrets_store import RouterCredentials, load_or_create_secret
 from router.server_limits import LimitedRunner, http_logger
 from router.store import StateStore
+from router.upstream import UpstreamClient
 
 log = structlog.get_logger("kairos.router")
 CORE_KEY = web.AppKey("kairos_core", RouterCore)
@@ -184,6 +185,10 @@ def create_app(
             connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
         )
         proxy.session = session
+        # The inference requests' own client (router/upstream.py), same 4 s idle bound.
+        upstream_client = UpstreamClient(connect_timeout_s=config.timeouts.connect_s,
+                                         keepalive_s=4.0)  # fmt: skip
+        proxy.upstream = upstream_client
         restored = await core.restore()
         log.info("router_started", instances=len(core.pool), restored_agents=restored,
                  signing=secret is not None)  # fmt: skip
@@ -207,6 +212,7 @@ def create_app(
             except RouterError as exc:
                 log.error("final_persist_failed", error=str(exc))
             await session.close()
+            await upstream_client.close()
             if core.store is not None:
                 await core.store.close()
             core.energy.close()  # parked agent records, with the energy known by now

@@ -107,3 +107,24 @@ class UpstreamTimeoutError(RouterError):
 
 class StateStoreError(RouterError):
     """The SQLite state store cannot be opened or written."""
+
+
+class TransportError(Exception):
+    """The hot path's connection to a backend failed (:mod:`router.upstream`).
+
+    Not a :class:`RouterError`: it never reaches a client as such. The proxy
+    translates it where it knows what was sent: a retry on another instance, an
+    :class:`UpstreamError` or an :class:`UpstreamTimeoutError`.
+    """
+
+
+class TransportConnectError(TransportError):
+    """No connection could be made: nothing was sent, so a retry cannot duplicate."""
+
+
+class TransportClosedError(TransportError):
+    """The connection broke (or the answer was malformed) after the request went out."""
+
+
+class TransportTimeoutError(TransportError):
+    """The backend sent nothing within the read bound."""

@@ -34,7 +34,6 @@ from typing import Any
 import aiohttp
 import structlog
 from aiohttp import web
-from yarl import URL
 
 from router.admission import AdmissionService
 from router.agents import AgentService
@@ -46,6 +45,9 @@ from router.errors import (
     BadRequestError,
     RouterError,
     TooManyRequestsError,
+    TransportClosedError,
+    TransportConnectError,
+    TransportTimeoutError,
     UpstreamError,
     UpstreamTimeoutError,
 )
@@ -60,6 +62,7 @@ from router.placement_service import PlacementService
 from router.ports import HealthSink
 from router.relay import Outcome, relay
 from router.streaming import Usage
+from router.upstream import UpstreamClient
 
 log = structlog.get_logger("kairos.router.proxy")
 
@@ -71,7 +74,6 @@ ROUTES = {
 }
 _USAGE_INJECTABLE = frozenset({"chat", "completions"})
 _INJECT_PREFIX = b'{"stream_options":{"include_usage":true},'
-_URL_CACHE_MAX = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,13 +162,9 @@ class Proxy:
         self._limits = limits
         self._identity_header = limits.identity_header
         self._session: aiohttp.ClientSession | None = None
-        self.timeouts = t = limits.timeouts
+        self._upstream: UpstreamClient | None = None
+        self.timeouts = limits.timeouts
         self.max_body = limits.max_body_bytes
-        # aiohttp's own timers bound connect and every socket read (first byte, body)
-        # without an asyncio.timeout per request; streams add the tighter idle bound.
-        self._upstream_timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=t.connect_s, sock_read=t.first_byte_s
-        )
         self.keys = KeyChecker(clock)
         self._request_prefix = f"kr-{uuid.uuid4().hex[:12]}"
         self._request_seq = 0
@@ -174,7 +172,6 @@ class Proxy:
         # Requests being forwarded to or relayed from each instance: the ``running``
         # count of an observation, without a pass over the instance's agents.
         self._running: dict[str, int] = {}
-        self._urls: dict[tuple[str, str], URL] = {}
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -186,6 +183,18 @@ class Proxy:
     @session.setter
     def session(self, session: aiohttp.ClientSession | None) -> None:
         self._session = session
+
+    @property
+    def upstream(self) -> UpstreamClient:
+        """The hot path's upstream client (opened at app start-up): requests to the
+        backends go through it; the session above serves the key probe."""
+        if self._upstream is None:
+            raise RuntimeError("router proxy used before start-up")
+        return self._upstream
+
+    @upstream.setter
+    def upstream(self, client: UpstreamClient | None) -> None:
+        self._upstream = client
 
     async def _read_json(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
         body = await read_body(request, self.max_body, self.timeouts.body_read_s)
@@ -384,26 +393,26 @@ class Proxy:
         clock = self._clock
         t_sent = clock()
         try:
-            resp = await self.session.request(
-                request.method, self._url(inst.base_url, request.path_qs), data=body,
-                headers=headers, timeout=self._upstream_timeout,
+            resp = await self.upstream.request(
+                request.method, inst.base_url, request.path_qs, headers, body,
+                read_timeout_s=self.timeouts.first_byte_s,
             )  # fmt: skip
-        except aiohttp.SocketTimeoutError:
+        except TransportTimeoutError:
             self.breakers.failure(inst, "timeout")
             raise UpstreamTimeoutError(
                 f"instance {inst.name} sent no response within {self.timeouts.first_byte_s}s"
             ) from None
-        except aiohttp.ClientConnectorError as exc:
+        except TransportConnectError as exc:
             # Refused / unreachable: nothing was sent, so a retry cannot duplicate.
             self._health.mark_health(inst, ok=False)
-            return _Retry(type(exc).__name__, "connect")
-        except aiohttp.ClientError as exc:
+            return _Retry(str(exc), "connect")
+        except TransportClosedError:
             # Reset or closed after (part of) the request went out: it may be
             # running on the backend; answering 502 beats generating twice.
-            self.breakers.failure(inst, type(exc).__name__)
-            raise UpstreamError(
-                f"instance {inst.name} dropped the connection ({type(exc).__name__})"
-            ) from None
+            self.breakers.failure(inst, "disconnected")
+            raise UpstreamError(f"instance {inst.name} dropped the connection") from None
+        except ValueError as exc:  # a forwarded header with a control character
+            raise BadRequestError(str(exc)) from None
         m = self._metrics
         m.child(m.ttfb, inst.name).observe(clock() - t_sent)
         if resp.status >= 500:
@@ -426,16 +435,6 @@ class Proxy:
                 resp.release()
             else:
                 resp.close()
-
-    def _url(self, base_url: str, path_qs: str) -> URL:
-        """The upstream URL, parsed once per (instance, path) rather than per request."""
-        key = (base_url, path_qs)
-        url = self._urls.get(key)
-        if url is None:
-            if len(self._urls) >= _URL_CACHE_MAX:  # query strings are the client's: bounded
-                self._urls.clear()
-            url = self._urls[key] = URL(base_url + path_qs)
-        return url
 
     def _retry_move(self, agent: Agent, source: str, reason: str, tried: set[str]) -> None:
         m = self._metrics

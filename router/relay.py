@@ -18,9 +18,10 @@ import aiohttp
 import structlog
 from aiohttp import web
 
-from router.errors import UpstreamError
+from router.errors import TransportError, UpstreamError
 from router.openai_errors import sse_error_event
 from router.streaming import SseUsageFilter, Usage, usage_from_body
+from router.upstream import UpstreamResponse
 
 log = structlog.get_logger("kairos.router.proxy")
 
@@ -45,7 +46,7 @@ class Outcome:
 
 async def relay(
     request: web.Request,
-    resp: aiohttp.ClientResponse,
+    resp: UpstreamResponse,
     inject: bool,
     request_id: str,
     finished: list[Outcome],
@@ -62,14 +63,14 @@ async def relay(
     the request went upstream), the early ``finished`` one too: it is the one
     accounted when the client leaves right after the upstream finished, and the
     online model's observation of the request needs it."""
-    headers = {k: v for k, v in resp.headers.items() if k.lower() not in _DROP_RESPONSE}
-    if "X-Request-Id" not in resp.headers:
+    headers = {k: v for k, v in resp.headers if k.lower() not in _DROP_RESPONSE}
+    if not resp.has_header("X-Request-Id"):
         headers["X-Request-Id"] = request_id
     if not resp.content_type.startswith("text/event-stream"):
         try:
             data = await resp.read()
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise UpstreamError(f"upstream body failed: {type(exc).__name__}") from None
+        except TransportError as exc:
+            raise UpstreamError(f"upstream body failed: {exc}") from None
         first_data()
         out = web.Response(status=resp.status, body=data, headers=headers)
         # Sent now, not when the handler returns: the client has its answer
@@ -85,7 +86,7 @@ async def relay(
     await out_stream.prepare(request)
     filt = SseUsageFilter(strip_usage_event=inject)
     loop = asyncio.get_running_loop()
-    read = resp.content.readany
+    read = resp.readany
     next_reschedule = loop.time() + _RESCHEDULE_EVERY_S
     first_data_s: float | None = None
     writing = False
@@ -114,7 +115,7 @@ async def relay(
             writing = True
             await out_stream.write(rest)
             writing = False
-    except (aiohttp.ClientError, TimeoutError, ConnectionResetError) as exc:
+    except (TransportError, aiohttp.ClientError, TimeoutError, ConnectionResetError) as exc:
         # aiohttp reports a client that went away as ClientConnectionResetError,
         # a ClientError too: who failed is told by what we were doing.
         if writing and isinstance(exc, ConnectionResetError):

@@ -1,7 +1,8 @@
 """The floor for an aiohttp router: a bare reverse proxy, for issue 18's side by side.
 
 It relays every request to one backend with the same stack the Kairos router is
-built on (aiohttp's server and ``ClientSession``, uvloop) and does nothing else:
+built on (aiohttp's server, the hot path's upstream client ``router.upstream``,
+uvloop) and does nothing else:
 no identity, ledger, admission, usage, metrics or records. Whatever this costs
 per request, no aiohttp router can cost less, so the gap between it and
 ``kairos-router`` is the router's own work and the gap between it and the Rust
@@ -16,7 +17,9 @@ from __future__ import annotations
 import sys
 
 import uvloop
-from aiohttp import ClientSession, TCPConnector, web
+from aiohttp import web
+
+from router.upstream import UpstreamClient
 
 JSON = "application/json"
 SSE = "text/event-stream"
@@ -24,33 +27,36 @@ SSE = "text/event-stream"
 
 def make_app(backend_url: str) -> web.Application:
     app = web.Application()
-    sessions: list[ClientSession] = []
+    clients: list[UpstreamClient] = []
 
-    async def open_session(_: web.Application) -> None:
-        sessions.append(ClientSession(connector=TCPConnector(limit=0), auto_decompress=False))
+    async def open_client(_: web.Application) -> None:
+        clients.append(UpstreamClient(connect_timeout_s=5.0))
 
-    async def close_session(_: web.Application) -> None:
-        for session in sessions:
-            await session.close()
+    async def close_client(_: web.Application) -> None:
+        for client in clients:
+            await client.close()
 
     async def relay(request: web.Request) -> web.StreamResponse:
         body = await request.read()
-        url = backend_url + request.path_qs
-        async with sessions[0].request(
-            request.method, url, data=body, headers={"Content-Type": JSON}
-        ) as upstream:
-            if not upstream.headers.get("Content-Type", "").startswith(SSE):
+        upstream = await clients[0].request(
+            request.method, backend_url, request.path_qs, {"Content-Type": JSON}, body,
+            read_timeout_s=60.0,
+        )  # fmt: skip
+        try:
+            if not upstream.content_type.startswith(SSE):
                 data = await upstream.read()
                 return web.Response(body=data, status=upstream.status, content_type=JSON)
             response = web.StreamResponse(status=upstream.status, headers={"Content-Type": SSE})
             await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
+            while chunk := await upstream.readany():
                 await response.write(chunk)
             await response.write_eof()
             return response
+        finally:
+            upstream.release()
 
-    app.on_startup.append(open_session)
-    app.on_cleanup.append(close_session)
+    app.on_startup.append(open_client)
+    app.on_cleanup.append(close_client)
     app.router.add_route("*", "/{tail:.*}", relay)
     return app
 
