@@ -399,7 +399,16 @@ class UpstreamClient:
         return conn
 
     def park(self, conn: _Connection) -> None:
-        self._idle.setdefault(conn.origin, []).append(conn)
+        """Back to the pool; the oldest idle connection goes if it has aged out.
+
+        Reuse is most-recent-first, so after a burst the pool's bottom holds
+        connections nobody takes; dropping one per return keeps the pool near
+        the concurrency actually in use without a sweeping timer.
+        """
+        idle = self._idle.setdefault(conn.origin, [])
+        if idle and (idle[0].closed or idle[0].idle_since_s < conn.idle_since_s - self.keepalive_s):
+            idle.pop(0).abort()
+        idle.append(conn)
 
     def forget(self, conn: _Connection) -> None:
         self._live.discard(conn)
