@@ -6,8 +6,10 @@ Every JSON body the router parses comes through :func:`read_body` and
 * size: ``Content-Length`` above the cap is refused before reading; a chunked
   body is cut at cap + 1 bytes (413);
 * read time: a client that trickles its body is dropped after ``timeout_s`` (408);
-* depth: more than :data:`MAX_JSON_DEPTH` nested arrays/objects is a 400, never
-  a ``RecursionError`` (which the stdlib parser raises near depth 1000);
+* depth: more than :data:`MAX_JSON_DEPTH` nested arrays/objects is a 400;
+* the parser is orjson (4× the stdlib's speed on a 2 KB prompt, issue 18); it is
+  stricter than the stdlib: NaN/Infinity literals and lone surrogates are a 400
+  here rather than at the backend;
 * event loop: bodies above :data:`OFF_LOOP_BYTES` are parsed in a worker thread,
   so one large prompt does not stall every other stream.
 """
@@ -15,9 +17,9 @@ Every JSON body the router parses comes through :func:`read_body` and
 from __future__ import annotations
 
 import asyncio
-import json
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from router.errors import BadRequestError, BodyTooLargeError, RequestTimeoutError
@@ -71,10 +73,10 @@ def _depth_ok(obj: Any, max_depth: int) -> bool:
 
 def _loads(body: bytes, max_depth: int) -> Any:
     try:
-        obj = json.loads(body)
-    except RecursionError:
-        raise BadRequestError(f"JSON nested deeper than {max_depth} levels") from None
-    except (ValueError, UnicodeDecodeError) as exc:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" in str(exc):  # orjson stops at 1024 levels, well past ours
+            raise BadRequestError(f"JSON nested deeper than {max_depth} levels") from None
         raise BadRequestError(f"request body is not valid JSON: {exc}") from None
     # Nesting needs an opening bracket per level: a body with few brackets (a short
     # prompt) cannot be too deep, and the walk over the parsed object is skipped.
@@ -84,7 +86,7 @@ def _loads(body: bytes, max_depth: int) -> Any:
 
 
 async def parse_json(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
-    """``json.loads`` with a depth bound; large bodies off the event loop."""
+    """``orjson.loads`` with a depth bound; large bodies off the event loop."""
     if len(body) > OFF_LOOP_BYTES:
         return await asyncio.to_thread(_loads, body, max_depth)
     return _loads(body, max_depth)

@@ -16,6 +16,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from router.hot_metrics import HotCounter, HotHistogram
+
 LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 OVERHEAD_BUCKETS_S = (
     0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
@@ -74,7 +76,7 @@ class RouterMetrics:
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
         self._children: dict[tuple[Any, ...], Any] = {}
-        self.requests = Counter(
+        self.requests = HotCounter(
             "kairos_router_requests",
             "Proxied requests by route and final HTTP status",
             ["route", "code"],
@@ -86,21 +88,21 @@ class RouterMetrics:
             ["route", "reason"],
             registry=r,
         )
-        self.latency = Histogram(
+        self.latency = HotHistogram(
             "kairos_router_request_duration_seconds",
             "Arrival at the router to last byte (includes hold time)",
             ["route", "stream"],
             buckets=LATENCY_BUCKETS_S,
             registry=r,
         )
-        self.overhead = Histogram(
+        self.overhead = HotHistogram(
             "kairos_router_overhead_seconds",
             "Router time before the upstream request is sent, excluding hold time",
             ["route"],
             buckets=OVERHEAD_BUCKETS_S,
             registry=r,
         )
-        self.ttfb = Histogram(
+        self.ttfb = HotHistogram(
             "kairos_router_upstream_first_byte_seconds",
             "Upstream request sent to response headers received",
             ["instance"],
@@ -120,7 +122,7 @@ class RouterMetrics:
             ["instance", "reason"],
             registry=r,
         )
-        self.admissions = Counter(
+        self.admissions = HotCounter(
             "kairos_router_admissions",
             "Agents admitted, by source (fast_path, daemon, local)",
             ["instance", "source"],
@@ -144,19 +146,19 @@ class RouterMetrics:
             ["instance", "reason"],
             registry=r,
         )
-        self.tokens = Counter(
+        self.tokens = HotCounter(
             "kairos_router_tokens",
             "Tokens accounted from usage, by instance and kind (prompt, completion)",
             ["instance", "kind"],
             registry=r,
         )
-        self.usage_estimated = Counter(
+        self.usage_estimated = HotCounter(
             "kairos_router_usage_estimated",
             "Responses without usage whose tokens were estimated",
             ["instance"],
             registry=r,
         )
-        self.agents_started = Counter(
+        self.agents_started = HotCounter(
             "kairos_router_agents_started", "Agents started", ["source"], registry=r
         )
         self.agents_ended = Counter(

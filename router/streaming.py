@@ -91,11 +91,16 @@ def usage_from_body(body: bytes) -> Usage | None:
     whole response, which can be large.
     """
     usage = Usage()
-    matches = list(_USAGE_VALUE.finditer(body))
-    if not matches:
-        return None
+    # The last '"usage"' key, found from the end (it follows the content, which
+    # can be long); the regex runs over the whole body only if that one is not a key.
+    last = _USAGE_VALUE.match(body, max(body.rfind(b'"usage"'), 0))
+    if last is None:
+        matches = list(_USAGE_VALUE.finditer(body))
+        if not matches:
+            return None
+        last = matches[-1]
     try:
-        text = body[matches[-1].end() :].decode("utf-8")
+        text = body[last.end() :].decode("utf-8")
         raw, _ = _DECODER.raw_decode(text)
     except (ValueError, UnicodeDecodeError):
         raw = None

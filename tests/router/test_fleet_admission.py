@@ -81,7 +81,7 @@ async def test_held_agent_moves_to_the_instance_that_gets_room(
     assert status == 200
     await asyncio.wait_for(held, 5.0)  # i1 freed: b moved there, i0 never freed
     assert len(backend2.received) == 2 and len(backend.received) == 1
-    assert router.core.metrics.admissions.labels("i1", "fleet")._value.get() == 1
+    assert router.core.metrics.admissions.labels("i1", "fleet").value == 1
 
 
 async def test_prompt_beyond_the_engine_limit_is_never_held(
