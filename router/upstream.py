@@ -269,17 +269,26 @@ class _Connection(asyncio.Protocol):
             self.abort()
 
     # ------------------------------------------------- parser callbacks
+    def on_message_begin(self) -> None:
+        resp = self.response
+        if resp is None or resp.complete:
+            # A second answer to one request: whatever follows cannot be trusted.
+            self.closed = True
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        if self.response is not None:
-            self.response._raw_headers.append((name, value))
+        resp = self.response
+        if resp is not None and not resp.complete:
+            resp._raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        if self.response is not None:
-            self.response.on_headers(self._parser.get_status_code())
+        resp = self.response
+        if resp is not None and not resp.complete:
+            resp.on_headers(self._parser.get_status_code())
 
     def on_body(self, body: bytes) -> None:
-        if self.response is not None:
-            self.response.on_body(body)
+        resp = self.response
+        if resp is not None and not resp.complete:
+            resp.on_body(body)
 
     def on_message_complete(self) -> None:
         resp = self.response
@@ -375,7 +384,13 @@ class UpstreamClient:
         oldest_ok = asyncio.get_running_loop().time() - self.keepalive_s
         while idle:
             conn = idle.pop()  # most recent first: the others age out
-            if not conn.closed and conn.idle_since_s >= oldest_ok:
+            transport = conn.transport
+            if (
+                not conn.closed
+                and conn.idle_since_s >= oldest_ok
+                and transport is not None
+                and not transport.is_closing()
+            ):
                 return conn
             conn.abort()
         return None

@@ -273,3 +273,18 @@ async def test_large_body_arrives_whole() -> None:
         resp = await post(c, url, b"y" * (100 << 10))  # a body past the one-write size
         assert len(await resp.read()) == total
         resp.release()
+
+
+async def test_a_second_answer_to_one_request_never_leaks_and_poisons_the_connection() -> None:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            await read_request(reader)
+            writer.write(JSON_OK + b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
+            await writer.drain()
+
+    async with backend(serve) as (url, accepted), client() as c:
+        for _ in range(2):
+            resp = await post(c, url)
+            assert await resp.read() == b'{"ok": true}'
+            resp.release()
+        assert len(accepted) == 2  # the first connection was not reused
