@@ -128,3 +128,8 @@ class TransportClosedError(TransportError):
 
 class TransportTimeoutError(TransportError):
     """The backend sent nothing within the read bound."""
+
+
+class TransportRequestError(TransportError):
+    """The request cannot be written as given (a control character in a header or
+    the target): nothing was sent; the client's request is at fault (400)."""

@@ -47,6 +47,7 @@ from router.errors import (
     TooManyRequestsError,
     TransportClosedError,
     TransportConnectError,
+    TransportRequestError,
     TransportTimeoutError,
     UpstreamError,
     UpstreamTimeoutError,
@@ -404,14 +405,16 @@ class Proxy:
             ) from None
         except TransportConnectError as exc:
             # Refused / unreachable: nothing was sent, so a retry cannot duplicate.
+            # The backend's address stays in the log, out of the client's error body.
+            log.warning("upstream_connect_failed", instance=inst.name, error=str(exc))
             self._health.mark_health(inst, ok=False)
-            return _Retry(str(exc), "connect")
+            return _Retry("connection failed", "connect")
         except TransportClosedError:
             # Reset or closed after (part of) the request went out: it may be
             # running on the backend; answering 502 beats generating twice.
             self.breakers.failure(inst, "disconnected")
             raise UpstreamError(f"instance {inst.name} dropped the connection") from None
-        except ValueError as exc:  # a forwarded header with a control character
+        except TransportRequestError as exc:  # a forwarded header with a control character
             raise BadRequestError(str(exc)) from None
         m = self._metrics
         m.child(m.ttfb, inst.name).observe(clock() - t_sent)

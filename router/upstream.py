@@ -39,7 +39,12 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from router.errors import TransportClosedError, TransportConnectError, TransportTimeoutError
+from router.errors import (
+    TransportClosedError,
+    TransportConnectError,
+    TransportRequestError,
+    TransportTimeoutError,
+)
 
 _PAUSE_BYTES = 1 << 20
 _BAD_HEADER_CHARS = ("\r", "\n", "\0")
@@ -78,7 +83,7 @@ def request_head(
     fields = "".join((method, target, *parts[6::2]))
     for ch in _BAD_HEADER_CHARS:
         if ch in fields:
-            raise ValueError("request line or header contains a control character")
+            raise TransportRequestError("request line or header contains a control character")
     parts.append(f"Content-Length: {body_len}\r\n\r\n")
     return "".join(parts).encode("utf-8", "surrogateescape")
 
@@ -358,8 +363,8 @@ class UpstreamClient:
         Raises :class:`TransportConnectError` when no connection could be made
         (nothing sent), :class:`TransportClosedError` when the connection broke
         after the request went out, :class:`TransportTimeoutError` when the
-        backend sent nothing within ``read_timeout_s``, and ``ValueError`` for a
-        header with a control character.
+        backend sent nothing within ``read_timeout_s``, and
+        :class:`TransportRequestError` for a header with a control character.
         """
         origin = self._origins.get(base_url)
         if origin is None:

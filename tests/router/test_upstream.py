@@ -12,10 +12,18 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
+import aiohttp
 import pytest
 
-from router.errors import TransportClosedError, TransportConnectError, TransportTimeoutError
+from router.errors import (
+    TransportClosedError,
+    TransportConnectError,
+    TransportRequestError,
+    TransportTimeoutError,
+)
+from router.testing import start_router
 from router.upstream import UpstreamClient, UpstreamResponse, request_head
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -187,9 +195,9 @@ async def test_silent_backend_times_out_per_read() -> None:
 
 
 async def test_header_injection_is_refused_before_anything_is_sent() -> None:
-    with pytest.raises(ValueError, match="control character"):
+    with pytest.raises(TransportRequestError, match="control character"):
         request_head("POST", "/v1/x", "h:1", {"X-Evil": "a\r\nHost: other"}, 0)
-    with pytest.raises(ValueError, match="control character"):
+    with pytest.raises(TransportRequestError, match="control character"):
         request_head("POST", "/v1/x HTTP/1.1\r\nX: y", "h:1", {}, 0)
     ok = request_head("POST", "/v1/x?a=1", "h:1", {"Authorization": "Bearer k"}, 3)
     assert ok == (
@@ -288,3 +296,22 @@ async def test_a_second_answer_to_one_request_never_leaks_and_poisons_the_connec
             assert await resp.read() == b'{"ok": true}'
             resp.release()
         assert len(accepted) == 2  # the first connection was not reused
+
+
+async def test_a_refused_backend_is_not_named_to_the_client(tmp_path: Path) -> None:
+    """The 502 after every connect failed says so without the backend's address."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}"
+        router = await start_router([dead], tmp_path)
+        try:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.post(router.url + "/v1/chat/completions", json={"model": "m"}) as r,
+            ):
+                assert r.status == 502
+                text = await r.text()
+        finally:
+            await router.stop()
+    assert "connection failed" in text
+    assert dead.removeprefix("http://") not in text
