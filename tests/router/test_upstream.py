@@ -42,6 +42,19 @@ async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     return head, await reader.readexactly(length)
 
 
+def answer_then_wait(data: bytes) -> Handler:
+    """A backend that answers the first request with ``data``, then waits for the
+    client to close the connection."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(data)
+        await writer.drain()
+        await reader.read()
+
+    return serve
+
+
 @asynccontextmanager
 async def backend(handler: Handler) -> AsyncIterator[tuple[str, list[int]]]:
     """A scripted server; yields its URL and the list of connections it accepted."""
@@ -167,25 +180,14 @@ async def test_backend_closing_after_the_request_is_a_closed_error() -> None:
 
 
 async def test_malformed_answer_is_a_closed_error() -> None:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"NOT HTTP AT ALL\r\n\r\n")
-        await writer.drain()
-        await reader.read()
-
-    async with backend(serve) as (url, _), client() as c:
+    async with backend(answer_then_wait(b"NOT HTTP AT ALL\r\n\r\n")) as (url, _), client() as c:
         with pytest.raises(TransportClosedError, match="malformed"):
             await post(c, url)
 
 
 async def test_silent_backend_times_out_per_read() -> None:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf")
-        await writer.drain()
-        await reader.read()
-
-    async with backend(serve) as (url, _), client() as c:
+    half = answer_then_wait(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf")
+    async with backend(half) as (url, _), client() as c:
         resp = await post(c, url, read_timeout_s=0.1)
         assert resp.status == 200
         with pytest.raises(TransportTimeoutError):
@@ -269,13 +271,8 @@ async def test_a_slow_reader_pauses_the_backend_connection_until_it_reads() -> N
 
 async def test_large_body_arrives_whole() -> None:
     total = 3 << 20
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % total)
-        writer.write(b"x" * total)
-        await writer.drain()
-        await reader.read()
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % total
+    serve = answer_then_wait(head + b"x" * total)
 
     async with backend(serve) as (url, _), client() as c:
         resp = await post(c, url, b"y" * (100 << 10))  # a body past the one-write size
