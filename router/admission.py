@@ -182,10 +182,14 @@ class AdmissionService:
             agent.pending_s += max(0.0, now - agent.waiting_since_s)
         self.queue(queue or inst.name).release(agent.agent_id)
         self.ledger.set_ongoing(agent, inst.name)
-        self.metrics.child(self.metrics.admissions, inst.name, source).inc()
+        self.metrics.admissions.labels(inst.name, source).inc()
         self._notify()
 
     # -- request path -------------------------------------------------------------------
+
+    def admit_placed(self, agent: Agent, inst: Instance) -> None:
+        """Admit a newcomer that fleet admission placed on ``inst`` as admitted now."""
+        self._admit(agent, inst, "fast_path")
 
     def admit_now(self, agent: Agent) -> bool:
         """The fast path: whether ``agent`` is admitted, admitting it at once when no

@@ -92,13 +92,13 @@ class AgentService:
         anonymous requests become one-turn agents."""
         metrics = self.metrics
         if agent_id is None:
-            metrics.child(metrics.agents_started, "one-turn").inc()
+            metrics.agents_started.labels("one-turn").inc()
             self._one_turn_seq += 1
             return self._new(f"{self._one_turn_prefix}{self._one_turn_seq}", ephemeral=True)
         agent = self.ledger.get(agent_id)
         if agent is None:
             agent = self._new(agent_id)
-            metrics.child(metrics.agents_started, "implicit").inc()
+            metrics.agents_started.labels("implicit").inc()
         return agent
 
     def end(self, agent_id: str, msg: AgentEnd) -> None:

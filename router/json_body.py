@@ -35,8 +35,9 @@ async def read_body(request: web.Request, limit: int, timeout_s: float) -> bytes
     content = request.content
     if content.is_eof():
         # The whole body came with the headers (the usual case for a prompt of a
-        # few KB): nothing left to wait for, so no timer to arm and cancel.
-        body = await content.read()
+        # few KB): nothing left to wait for, so no timer to arm and cancel, and
+        # it is taken synchronously (``read()`` awaits once per buffered chunk).
+        body = content.read_nowait(-1)
         if len(body) > limit:
             raise BodyTooLargeError(f"request body exceeds {limit} bytes")
         return body

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -75,7 +74,6 @@ class RouterMetrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self._children: dict[tuple[Any, ...], Any] = {}
         self.requests = HotCounter(
             "kairos_router_requests",
             "Proxied requests by route and final HTTP status",
@@ -170,15 +168,6 @@ class RouterMetrics:
             buckets=THROUGHPUT_BUCKETS,
             registry=r,
         )
-
-    def child(self, metric: Any, *labels: str) -> Any:
-        """``metric.labels(*labels)``, memoised: the hot path avoids prometheus_client's
-        per-call label validation and lock."""
-        key = (id(metric), *labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
 
     def attach_state(self, snapshot: Callable[[], Iterable[InstanceGauges]]) -> None:
         self.registry.register(StateCollector(snapshot))

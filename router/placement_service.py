@@ -117,6 +117,13 @@ class PlacementService:
         Fleet admission (:func:`controllers.admission.place`): the policy's choice
         among instances that would admit the agent now, else overall (held there).
         """
+        return self.choose_admitting(agent, exclude)[0]
+
+    def choose_admitting(
+        self, agent: Agent, exclude: Collection[str] = ()
+    ) -> tuple[Instance, bool]:
+        """:meth:`choose`, and whether the chosen instance admits the agent now (the
+        rule has just been evaluated on it: the proxy's newcomer need not ask again)."""
         gates = self.admission.gates(exclude)
         if not gates:
             raise NoBackendError("no healthy backend instance is available", retry_after_s=5.0)
@@ -126,13 +133,13 @@ class PlacementService:
             context_tokens=self.ledger.context_of(agent),
         )
         self._sequence += 1
-        name = place(self.policy, request, gates, self.admission.rule).instance
-        inst = self.pool.get(name)
+        placement = place(self.policy, request, gates, self.admission.rule)
+        inst = self.pool.get(placement.instance)
         assert inst is not None
         agent.steps_since_assign = 0
         if self.confident is not None:
             self.confident.forget(agent.agent_id)  # evidence about the old instance is void
-        return inst
+        return inst, placement.admit_now
 
     def maybe_reassign(self, agent: Agent) -> str | None:
         """Reassignment on a request of an admitted agent; returns the new instance or None."""

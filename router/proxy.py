@@ -338,11 +338,17 @@ class Proxy:
             self._placement.maybe_reassign(agent)
             return
         was_admitted = agent.admitted and inst is not None
-        target = self._placement.choose(agent)
+        newcomer = agent.instance is None
+        target, admits = self._placement.choose_admitting(agent)
         if was_admitted:
             self._ledger.set_ongoing(agent, target.name)
-        else:
-            self._ledger.place(agent, target.name)
+            return
+        self._ledger.place(agent, target.name)
+        if newcomer and admits:
+            # Fleet admission has just evaluated the rule on the target with this
+            # agent's size, and a newcomer holds no place in any queue: admitted as
+            # the fast path would admit it, without evaluating the rule twice.
+            self._admission.admit_placed(agent, target)
 
     async def _forward(
         self,
@@ -417,7 +423,7 @@ class Proxy:
         except TransportRequestError as exc:  # a forwarded header with a control character
             raise BadRequestError(str(exc)) from None
         m = self._metrics
-        m.child(m.ttfb, inst.name).observe(clock() - t_sent)
+        m.ttfb.labels(inst.name).observe(clock() - t_sent)
         if resp.status >= 500:
             self.breakers.failure(inst, f"http_{resp.status}")
             if resp.status == 503 and not last:
@@ -460,8 +466,8 @@ class Proxy:
     ) -> None:  # fmt: skip
         m = self._metrics
         latency = self._clock() - t0
-        m.child(m.requests, route, str(outcome.status)).inc()
-        m.child(m.latency, route, "true" if stream else "false").observe(latency)
+        m.requests.labels(route, str(outcome.status)).inc()
+        m.latency.labels(route, "true" if stream else "false").observe(latency)
         if outcome.status != 200:
             return
         inst_name = agent.instance or ""
@@ -470,13 +476,13 @@ class Proxy:
         if estimated:
             prompt = body_len // 4
             completion = outcome.estimated_completion
-            m.child(m.usage_estimated, inst_name).inc()
+            m.usage_estimated.labels(inst_name).inc()
         else:
             assert usage is not None
             prompt = usage.prompt_tokens or 0
             completion = usage.completion_tokens or 0
-        m.child(m.tokens, inst_name, "prompt").inc(prompt)
-        m.child(m.tokens, inst_name, "completion").inc(completion)
+        m.tokens.labels(inst_name, "prompt").inc(prompt)
+        m.tokens.labels(inst_name, "completion").inc(completion)
         self._ledger.record_completion(
             agent, prompt_tokens=prompt, completion_tokens=completion,
             latency_s=latency, estimated=estimated,
