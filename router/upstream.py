@@ -97,12 +97,11 @@ class UpstreamResponse:
         self._read_timeout_s = read_timeout_s
         self.status = 0
         self.headers: list[tuple[str, str]] = []
-        self._raw_headers: list[tuple[bytes, bytes]] = []
+        self._by_name: dict[str, str] = {}  # lower-case name → value, for lookups
         self._chunks: list[bytes] = []
         self._buffered = 0
         self._paused = False
         self._headers_done = False
-        self._framed = False
         self.complete = False
         self._error: Exception | None = None
         self._waiter: asyncio.Future[None] | None = None
@@ -115,11 +114,13 @@ class UpstreamResponse:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        header = (name.decode("latin-1"), value.decode("latin-1"))
+        self.headers.append(header)
+        self._by_name.setdefault(header[0].lower(), header[1])  # the first one counts
+
     def on_headers(self, status: int) -> None:
         self.status = status
-        headers = [(n.decode("latin-1"), v.decode("latin-1")) for n, v in self._raw_headers]
-        self.headers = headers
-        self._framed = any(n.lower() in ("content-length", "transfer-encoding") for n, _ in headers)
         self._headers_done = True
         self._wake()
 
@@ -136,7 +137,8 @@ class UpstreamResponse:
         self._wake()
 
     def on_lost(self, exc: Exception | None) -> None:
-        if self._headers_done and not self._framed and not self.complete:
+        framed = "content-length" in self._by_name or "transfer-encoding" in self._by_name
+        if self._headers_done and not framed and not self.complete:
             self.complete = True  # a body delimited by the end of the connection
         elif not self.complete:
             why = f" ({type(exc).__name__})" if exc is not None else ""
@@ -184,14 +186,11 @@ class UpstreamResponse:
 
     @property
     def content_type(self) -> str:
-        for name, value in self.headers:
-            if name.lower() == "content-type":
-                return value.partition(";")[0].strip().lower()
-        return "application/octet-stream"
+        value = self._by_name.get("content-type", "application/octet-stream")
+        return value.partition(";")[0].strip().lower()
 
     def has_header(self, name: str) -> bool:
-        lname = name.lower()
-        return any(n.lower() == lname for n, _ in self.headers)
+        return name.lower() in self._by_name
 
     async def read(self) -> bytes:
         """The whole body (taken as it arrives, so a large one never pauses reading)."""
@@ -283,7 +282,7 @@ class _Connection(asyncio.Protocol):
     def on_header(self, name: bytes, value: bytes) -> None:
         resp = self.response
         if resp is not None and not resp.complete:
-            resp._raw_headers.append((name, value))
+            resp.on_header(name, value)
 
     def on_headers_complete(self) -> None:
         resp = self.response
