@@ -65,7 +65,9 @@ def row(rate: float, policy: str, res: dict[Key, Metrics], seeds: range) -> str:
     return (
         f"| {rate} | {policy} | {save:.1f}% | {mean('energy_per_output_token_j'):.3f} | "
         f"{mean('slo_attainment'):.3f} | {sum(int(m['completed_agents']) for m in runs)} | "
-        f"{sum(int(m['preemptions']) for m in runs)} | {mean('mean_pending_s'):.0f} | {cells} |"
+        f"{sum(int(m['preemptions']) for m in runs)} | {mean('mean_pending_s'):.0f} | "
+        f"{mean('mean_pending_all_s'):.0f} | {sum(int(m['unfinished_agents']) for m in runs)} | "
+        f"{cells} |"
     )
 
 
@@ -84,9 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         res: dict[Key, Metrics] = dict(pool.map(_run, keys))
     print(
         "| rate | policy | saving | J/output token | attainment | sessions done | preemptions"
-        f" | pending s | cells at issue 14's bar ({len(seeds)} seeds) |"
+        " | pending s | pending s, all sessions | unfinished"
+        f" | cells at issue 14's bar ({len(seeds)} seeds) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rates:
         for p in policies:
             print(row(r, p, res, seeds))

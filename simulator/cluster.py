@@ -267,6 +267,23 @@ class Cluster:
             else:
                 self._on_arrival(t, payload[0], payload[1])
 
+    def unfinished(self, end_s: float) -> tuple[int, float]:
+        """Sessions still running or held at ``end_s``, and the seconds they were held.
+
+        Agent records exist only for finished sessions, so their mean pending time
+        says nothing of a session held until the run ended (or admitted so late it
+        could not finish): this is that missing part (docs/results.md item 10).
+        """
+        count, held_s = 0, 0.0
+        for inst in self.instances:
+            for agent in inst.ongoing.values():
+                count += 1
+                held_s += agent.pending_s
+            for agent in inst.pending:
+                count += 1
+                held_s += agent.pending_s + max(0.0, end_s - agent.waiting_since_s)
+        return count, held_s
+
     def _fill_energy(self) -> None:
         for inst in self.instances:
             self.energy.flush(inst.name)

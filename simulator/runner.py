@@ -148,6 +148,9 @@ def _counters(cluster: Cluster, arrivals: int) -> dict[str, float]:
     totals["started_agents"] = float(cluster.started_agents)
     totals["reassignments"] = float(cluster.reassignments)
     totals["overflow_moves"] = float(cluster.overflow_moves)
+    unfinished, held_s = cluster.unfinished(cluster.config.duration_s)
+    totals["unfinished_agents"] = float(unfinished)
+    totals["unfinished_held_s"] = held_s
     totals["instances"] = float(n_inst)
     return totals
 
@@ -169,6 +172,9 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "recomputed_tokens": s.recomputed_tokens,
         "boost_fraction": s.boost_fraction,
         "mean_pending_s": s.mean_pending_s,
+        "unfinished_agents": int(c.get("unfinished_agents", 0)),
+        "unfinished_held_s": c.get("unfinished_held_s", 0.0),
+        "mean_pending_all_s": _mean_pending_all(result),
         "energy_per_job_j": s.energy_j / s.completed_agents if s.completed_agents else None,
         "output_tokens": s.output_tokens,
         "duration_s": s.duration_s,
@@ -192,6 +198,17 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "overflow_moves": int(c.get("overflow_moves", 0)),
         "wall_s": result.wall_s,
     }
+
+
+def _mean_pending_all(result: SimResult) -> float | None:
+    """Mean time held over every session that arrived, finished or not: the
+    finished sessions' records plus what the unfinished ones were held."""
+    c = result.run.counters
+    n = len(result.agents) + int(c.get("unfinished_agents", 0))
+    if n == 0:
+        return None
+    held_s = sum(a.pending_s for a in result.agents) + c.get("unfinished_held_s", 0.0)
+    return held_s / n
 
 
 def write_jsonl(result: SimResult, out_dir: Path) -> Path:

@@ -37,6 +37,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "recomputed_tokens",
     "peak_context_frac",
     "mean_pending_s",
+    "mean_pending_all_s",
+    "unfinished_agents",
     "mean_ongoing_per_instance",
     "boost_fraction",
 )

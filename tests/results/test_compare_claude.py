@@ -16,6 +16,8 @@ def _m(power_w: float, done: int = 50, attainment: float = 0.95, **kw: Any) -> d
         "energy_per_output_token_j": kw.get("j", 5.0),
         "mean_pending_s": kw.get("pending", 0.0),
         "preemptions": kw.get("preemptions", 0),
+        "mean_pending_all_s": kw.get("pending_all", kw.get("pending", 0.0)),
+        "unfinished_agents": kw.get("unfinished", 0),
     }
 
 
@@ -46,7 +48,9 @@ def test_row_sums_counts_and_averages_the_rest() -> None:
         ("no-control", 0.004, 1): BASE,
         ("no-control", 0.004, 2): BASE,
         ("kairos", 0.004, 1): _m(440.0, done=50, preemptions=2),
-        ("kairos", 0.004, 2): _m(460.0, done=49, preemptions=1, pending=10.0),
+        ("kairos", 0.004, 2): _m(
+            460.0, done=49, preemptions=1, pending=10.0, pending_all=30.0, unfinished=2
+        ),
         **{(f, 0.004, s): _m(450.0) for f in FIXED for s in (1, 2)},
     }
     text = row(0.004, "kairos", res, range(1, 3))
@@ -54,4 +58,5 @@ def test_row_sums_counts_and_averages_the_rest() -> None:
     assert cells[:2] == ["0.004", "kairos"]
     assert cells[2] == "10.0%"  # (12 % + 8 %) / 2
     assert cells[5:8] == ["99", "3", "5"]  # sessions and preemptions summed, pending averaged
-    assert cells[8] == "1 of 2"
+    assert cells[8:10] == ["15", "2"]  # pending over every session averaged, unfinished summed
+    assert cells[10] == "1 of 2"

@@ -150,3 +150,28 @@ def test_c3_short_window_lower_clock_saves_power_keeps_jobs() -> None:
     cut = 1.0 - lo.summary.avg_power_w / hi.summary.avg_power_w
     assert 0.2 <= cut <= 0.4
     assert lo.summary.completed_agents >= 0.9 * hi.summary.completed_agents
+
+
+def test_sessions_held_when_the_run_ends_are_counted_as_unfinished() -> None:
+    # Agent records exist only for finished sessions: a session still held at the
+    # end must show up in ``unfinished`` with the time it waited, or the mean
+    # pending time of the records hides exactly the sessions that waited longest.
+    preset = small_preset(kv_tokens=20_000)
+    programs = [list_agent(i, turns=6, think_s=5.0, prompt=6000) for i in range(6)]
+    arrivals = [0.5 * i for i in range(6)]
+    end_s = 20.0
+    cluster = Cluster(
+        preset, ClusterConfig(policy="kairos", duration_s=end_s), ListWorkload(programs), arrivals
+    )
+    cluster.run()
+    held = [a for inst in cluster.instances for a in inst.pending]
+    assert held, "the scenario must end with sessions still held"
+    count, held_s = cluster.unfinished(end_s)
+    assert count == len(programs) - len(cluster.agents_done)
+    assert held_s >= sum(end_s - a.waiting_since_s for a in held) > 0.0
+    result = run_sim(SimSpec(policy="kairos", rate_per_s=0.5, duration_s=60.0))
+    obj = result_json(result)
+    assert obj["unfinished_agents"] > 0  # 60 s of arrivals: most are still running
+    n = len(result.agents) + obj["unfinished_agents"]
+    held_s = sum(a.pending_s for a in result.agents) + obj["unfinished_held_s"]
+    assert abs(obj["mean_pending_all_s"] * n - held_s) < 1e-6
