@@ -31,6 +31,7 @@ from router.config import RouterConfig
 from router.control_api import ControlApi
 from router.core import RouterCore
 from router.errors import RouterError, StateStoreError
+from router.fast_http import FastHttpConfig
 from router.health import HealthChecker
 from router.identity_mw import IdentityResolver
 from router.openai_errors import error_response, from_router_error
@@ -47,6 +48,7 @@ CORE_KEY = web.AppKey("kairos_core", RouterCore)
 HEALTH_KEY = web.AppKey("kairos_health", HealthChecker)
 CREDENTIALS_KEY = web.AppKey("kairos_credentials", RouterCredentials)
 BREAKERS_KEY = web.AppKey("kairos_breakers", CircuitBreakers)
+PROXY_KEY = web.AppKey("kairos_proxy", Proxy)
 MAINTENANCE_INTERVAL_S = 1.0
 
 
@@ -143,6 +145,7 @@ def create_app(
     )
     for path in ROUTES:
         app.router.add_post(path, proxy.handle)
+    app[PROXY_KEY] = proxy
 
     def upstream() -> aiohttp.ClientSession:
         return proxy.session  # opened at start-up, after the wiring
@@ -252,11 +255,21 @@ async def _maintenance(steps: Sequence[Callable[[], object]], persist: Persist) 
 
 
 def make_runner(app: web.Application) -> web.AppRunner:
-    """The app's runner with the router's connection limit and header read bound."""
+    """The app's runner with the router's connection limit and header read bound,
+    and the inference routes on their own protocol unless ``fast_http`` is off."""
     cfg = app[CORE_KEY].config
+    fast = None
+    if cfg.fast_http:
+        fast = FastHttpConfig(
+            serve=app[PROXY_KEY].serve,
+            routes=frozenset(ROUTES),
+            max_body_bytes=cfg.max_body_bytes,
+            keepalive_s=cfg.timeouts.header_read_s,
+        )
     return LimitedRunner(
         app,
         max_connections=cfg.max_connections,
+        fast=fast,
         handler_cancellation=True,
         access_log=None,
         keepalive_timeout=cfg.timeouts.header_read_s,

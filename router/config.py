@@ -175,6 +175,9 @@ class RouterConfig:
     event_loop: str = "auto"
     """``auto`` (uvloop when installed: ``pip install 'kairos-sidecar[fast]'``),
     ``uvloop`` (required) or ``asyncio`` (the standard library's loop)."""
+    fast_http: bool = True
+    """Serve the inference routes on the router's own HTTP/1.1 protocol
+    (``router/fast_http.py``); false: aiohttp's server takes every request."""
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     timeouts: TimeoutSettings = field(default_factory=TimeoutSettings)

@@ -63,18 +63,24 @@ def error_response(
     )
 
 
+def error_parts(
+    exc: RouterError, *, anthropic: bool = False, request_id: str | None = None
+) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and body of ``exc``'s error response, for any server."""
+    headers = {"Content-Type": "application/json"}
+    if exc.retry_after_s is not None:
+        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
+    if request_id:
+        headers["X-Request-Id"] = request_id
+    body = error_body(exc.status, exc.message, exc.err_type, exc.code, anthropic)
+    return exc.status, headers, body
+
+
 def from_router_error(
     exc: RouterError, *, anthropic: bool = False, request_id: str | None = None
 ) -> web.Response:
-    return error_response(
-        exc.status,
-        exc.message,
-        err_type=exc.err_type,
-        code=exc.code,
-        retry_after_s=exc.retry_after_s,
-        anthropic=anthropic,
-        request_id=request_id,
-    )
+    status, headers, body = error_parts(exc, anthropic=anthropic, request_id=request_id)
+    return web.Response(status=status, body=body, headers=headers)
 
 
 def sse_error_event(message: str, anthropic: bool = False) -> bytes:

@@ -52,13 +52,14 @@ from router.errors import (
     UpstreamError,
     UpstreamTimeoutError,
 )
+from router.exchange import AiohttpExchange, Exchange
 from router.identity_mw import IdentityResolver, KeyChecker, upstream_headers
 from router.instances import Instance, InstancePool
-from router.json_body import parse_json, read_body
+from router.json_body import parse_json
 from router.ledger import Agent, Ledger, PrefillClaim
 from router.metrics import RouterMetrics
 from router.observations import ObservationLog, observation
-from router.openai_errors import from_router_error
+from router.openai_errors import error_parts
 from router.placement_service import PlacementService
 from router.ports import HealthSink
 from router.relay import Outcome, relay
@@ -197,34 +198,44 @@ class Proxy:
     def upstream(self, client: UpstreamClient | None) -> None:
         self._upstream = client
 
-    async def _read_json(self, request: web.Request) -> tuple[bytes, dict[str, Any]]:
-        body = await read_body(request, self.max_body, self.timeouts.body_read_s)
+    async def _read_json(self, ex: Exchange) -> tuple[bytes, dict[str, Any]]:
+        body = await ex.read_body(self.max_body, self.timeouts.body_read_s)
         obj = await parse_json(body)
         _check_body(obj)
         return body, obj
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        route = ROUTES[request.path]
-        anthropic = route == "messages"
-        request_id = request.headers.get("X-Request-Id")
+        """The aiohttp route handler: :meth:`serve` over the request, and the
+        response it sent (aiohttp leaves a sent response alone)."""
+        ex = AiohttpExchange(request)
+        await self.serve(ex)
+        assert ex.response is not None
+        return ex.response
+
+    async def serve(self, ex: Exchange) -> None:
+        """Answer one inference request, whichever server received it (an error in
+        the route's protocol form when it fails before the answer started)."""
+        route = ROUTES[ex.path]
+        request_id = ex.headers.get("X-Request-Id")
         if not request_id:
             self._request_seq += 1
             request_id = f"{self._request_prefix}-{self._request_seq}"
         try:
-            return await self._handle(request, route, request_id)
+            await self._handle(ex, route, request_id)
         except RouterError as exc:
             m = self._metrics
             m.errors.labels(route, exc.code).inc()
             m.requests.labels(route, str(exc.status)).inc()
-            return from_router_error(exc, anthropic=anthropic, request_id=request_id)
+            status, headers, body = error_parts(
+                exc, anthropic=route == "messages", request_id=request_id
+            )
+            await ex.send(status, headers, body)
 
-    async def _handle(
-        self, request: web.Request, route: str, request_id: str
-    ) -> web.StreamResponse:
+    async def _handle(self, ex: Exchange, route: str, request_id: str) -> None:
         clock = self._clock
         t0 = clock()
-        body, obj = await self._read_json(request)
-        ident = self.identity.resolve(request.headers)
+        body, obj = await self._read_json(ex)
+        ident = self.identity.resolve(ex.headers)
         stream = obj.get("stream") is True
         inject = False
         if stream and route in _USAGE_INJECTABLE:
@@ -248,7 +259,7 @@ class Proxy:
                 # its prompt is admitted now (controllers/admission.py), bounded.
                 self._ledger.set_estimate(agent, admission.estimate_tokens(len(body)))
             self._place(agent)
-            headers = upstream_headers(request.headers, ident, self._identity_header, request_id)
+            headers = upstream_headers(ex.headers, ident, self._identity_header, request_id)
             if admission.admit_now(agent):
                 held_s = 0.0
             else:
@@ -258,8 +269,8 @@ class Proxy:
             prefill.start(len(body) // 4 - (agent.context_tokens or 0))
             finished: list[Outcome] = []  # set by the relay once the upstream finished
             try:
-                resp, outcome = await self._forward(
-                    request, agent, body, headers, inject, finished, prefill.done
+                outcome = await self._forward(
+                    ex, agent, body, headers, inject, finished, prefill.done
                 )
             except asyncio.CancelledError:
                 # The client left (handler cancelled) after the upstream finished, e.g.
@@ -269,7 +280,6 @@ class Proxy:
                     self._account(agent, route, stream, t0, held_s, len(body), finished[0])
                 raise
             self._account(agent, route, stream, t0, held_s, len(body), outcome)
-            return resp
         finally:
             prefill.done()
             agent.in_flight -= 1
@@ -352,14 +362,14 @@ class Proxy:
 
     async def _forward(
         self,
-        request: web.Request,
+        ex: Exchange,
         agent: Agent,
         body: bytes,
         headers: dict[str, str],
         inject: bool,
         finished: list[Outcome],
         first_data: Callable[[], None],
-    ) -> tuple[web.StreamResponse, Outcome]:
+    ) -> Outcome:
         tried: set[str] = set()
         last_error = "no attempt"
         attempts = self._limits.max_attempts
@@ -374,7 +384,7 @@ class Proxy:
             running[inst.name] = running.get(inst.name, 0) + 1
             try:
                 result = await self._attempt(
-                    request, inst, body, headers, inject, finished, first_data, last
+                    ex, inst, body, headers, inject, finished, first_data, last
                 )
             finally:
                 running[inst.name] -= 1
@@ -387,7 +397,7 @@ class Proxy:
 
     async def _attempt(
         self,
-        request: web.Request,
+        ex: Exchange,
         inst: Instance,
         body: bytes,
         headers: dict[str, str],
@@ -395,13 +405,13 @@ class Proxy:
         finished: list[Outcome],
         first_data: Callable[[], None],
         last: bool,
-    ) -> tuple[web.StreamResponse, Outcome] | _Retry:
+    ) -> Outcome | _Retry:
         """One try on ``inst``: the relayed response, or why another instance may try."""
         clock = self._clock
         t_sent = clock()
         try:
             resp = await self.upstream.request(
-                request.method, inst.base_url, request.path_qs, headers, body,
+                ex.method, inst.base_url, ex.path_qs, headers, body,
                 read_timeout_s=self.timeouts.first_byte_s,
             )  # fmt: skip
         except TransportTimeoutError:
@@ -434,7 +444,7 @@ class Proxy:
         done = False
         try:
             result = await relay(
-                request, resp, inject, headers["X-Request-Id"], finished,
+                ex, resp, inject, headers["X-Request-Id"], finished,
                 self.timeouts.idle_stream_s, clock, first_data, t_sent_s=t_sent,
             )  # fmt: skip
             done = True

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import aiohttp
 import structlog
-from aiohttp import web
 
 from router.errors import TransportError, UpstreamError
+from router.exchange import Exchange
 from router.openai_errors import sse_error_event
 from router.streaming import SseUsageFilter, Usage, usage_from_body
 from router.upstream import UpstreamResponse
@@ -45,7 +45,7 @@ class Outcome:
 
 
 async def relay(
-    request: web.Request,
+    ex: Exchange,
     resp: UpstreamResponse,
     inject: bool,
     request_id: str,
@@ -55,8 +55,8 @@ async def relay(
     first_data: Callable[[], None],
     *,
     t_sent_s: float,
-) -> tuple[web.StreamResponse, Outcome]:
-    """Relay the response; ``finished`` gets the outcome as soon as the upstream's
+) -> Outcome:
+    """Relay the response to ``ex``; ``finished`` gets the outcome as soon as the upstream's
     final usage has arrived (before our end of stream). ``first_data`` is called
     when the first byte of the answer arrives (the whole body when not streamed):
     the prompt has been prefilled by then. Every outcome carries ``t_sent_s`` (when
@@ -72,18 +72,13 @@ async def relay(
         except TransportError as exc:
             raise UpstreamError(f"upstream body failed: {exc}") from None
         first_data()
-        out = web.Response(status=resp.status, body=data, headers=headers)
-        # Sent now, not when the handler returns: the client has its answer
-        # while the router accounts the request (a returned, already sent
-        # response is left alone by aiohttp). A client gone by now changes
-        # nothing: the backend did the work, so the turn is accounted.
-        with contextlib.suppress(ConnectionResetError):
-            await out.prepare(request)
-            await out.write_eof()
+        # Sent now: the client has its answer while the router accounts the
+        # request. A client gone by now changes nothing (send returns quietly):
+        # the backend did the work, so the turn is accounted.
+        await ex.send(resp.status, headers, data)
         usage = usage_from_body(data) if resp.status == 200 else None
-        return out, Outcome(resp.status, usage, max(1, len(data) // 8), t_sent_s=t_sent_s)
-    out_stream = web.StreamResponse(status=resp.status, headers=headers)
-    await out_stream.prepare(request)
+        return Outcome(resp.status, usage, max(1, len(data) // 8), t_sent_s=t_sent_s)
+    await ex.start(resp.status, headers)
     filt = SseUsageFilter(strip_usage_event=inject)
     loop = asyncio.get_running_loop()
     read = resp.readany
@@ -104,7 +99,7 @@ async def relay(
                     finished.append(Outcome(resp.status, filt.usage, est, first_data_s, t_sent_s))
                 if data:
                     writing = True
-                    await out_stream.write(data)
+                    await ex.write(data)
                     writing = False
                 now = loop.time()
                 if now >= next_reschedule:  # idle bound exact to within a second
@@ -113,35 +108,34 @@ async def relay(
         rest = filt.flush()
         if rest:
             writing = True
-            await out_stream.write(rest)
+            await ex.write(rest)
             writing = False
     except (TransportError, aiohttp.ClientError, TimeoutError, ConnectionResetError) as exc:
         # aiohttp reports a client that went away as ClientConnectionResetError,
         # a ClientError too: who failed is told by what we were doing.
         if writing and isinstance(exc, ConnectionResetError):
-            log.info("client_disconnected", path=request.path)
+            log.info("client_disconnected", path=ex.path)
             if not filt.usage.complete:
-                return out_stream, Outcome(499, None, 0)
+                return Outcome(499, None, 0)
             # The upstream finished (its usage arrived) and the client left as
             # the last bytes went out: the work was done, so it is accounted.
         elif writing and isinstance(exc, TimeoutError):
-            log.info("slow_client_dropped", path=request.path, idle_s=idle_s)
-            if request.transport is not None:
-                request.transport.abort()
-            return out_stream, Outcome(499, None, 0)
+            log.info("slow_client_dropped", path=ex.path, idle_s=idle_s)
+            ex.abort()
+            return Outcome(499, None, 0)
         else:
             log.warning("upstream_stream_failed", error=type(exc).__name__)
-            anthropic = request.path == "/v1/messages"
+            anthropic = ex.path == "/v1/messages"
             with contextlib.suppress(ConnectionResetError, TimeoutError):
                 async with asyncio.timeout(_ERROR_WRITE_S):
-                    await out_stream.write(sse_error_event("upstream stream failed", anthropic))
-                    await out_stream.write_eof()
-            return out_stream, Outcome(502, None, 0)
+                    await ex.write(sse_error_event("upstream stream failed", anthropic))
+                    await ex.end()
+            return Outcome(502, None, 0)
     else:
         with contextlib.suppress(ConnectionResetError):
             # A client that read [DONE] may close before our end of stream: the
             # request is complete all the same and must be accounted.
-            await out_stream.write_eof()
+            await ex.end()
     usage = filt.usage if filt.usage.complete else None
     est = filt.estimated_completion_tokens()
-    return out_stream, Outcome(resp.status, usage, est, first_data_s, t_sent_s)
+    return Outcome(resp.status, usage, est, first_data_s, t_sent_s)

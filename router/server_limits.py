@@ -20,6 +20,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.web_protocol import RequestHandler
 
 from kairos_common.logs import redact_value
+from router.fast_http import FastHttpConfig, FastProtocol
 
 _BODY = json.dumps(
     {
@@ -41,25 +42,84 @@ REFUSAL = (
 
 
 class LimitedServer(web.Server):
-    """``web.Server`` that refuses connections above ``max_connections``."""
+    """``web.Server`` that refuses connections above ``max_connections`` and, when
+    given a :class:`FastHttpConfig`, starts every connection on the inference
+    routes' own protocol (:mod:`router.fast_http`), which hands it back here
+    (:meth:`fallback`) for anything else."""
 
     max_connections: int = 1 << 30
     refused: int = 0
+    fast: FastHttpConfig | None = None
+    _fast_connections: set[FastProtocol]
+
+    def __call__(self) -> Any:
+        if self.fast is None:
+            return super().__call__()
+        return FastProtocol(self.fast, self)
+
+    def fallback(self) -> asyncio.Protocol:
+        """A new aiohttp handler for a connection the fast path hands over."""
+        handler: RequestHandler = super().__call__()
+        return handler
+
+    def _open(self) -> int:
+        return len(self._connections) + len(self._fast_connections)
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        self.refused += 1
+        transport.write(REFUSAL)
+        transport.close()
 
     def connection_made(self, handler: RequestHandler, transport: asyncio.Transport) -> None:
         super().connection_made(handler, transport)
-        if len(self._connections) > self.max_connections:
-            self.refused += 1
-            transport.write(REFUSAL)
-            transport.close()
+        if self._open() > self.max_connections:
+            self._refuse(transport)
+
+    def fast_made(self, proto: FastProtocol, transport: asyncio.Transport) -> bool:
+        self._fast_connections.add(proto)
+        if self._open() > self.max_connections:
+            self._refuse(transport)
+            return False
+        return True
+
+    def fast_lost(self, proto: FastProtocol) -> None:
+        self._fast_connections.discard(proto)
+
+    def pre_shutdown(self) -> None:
+        super().pre_shutdown()
+        for proto in list(self._fast_connections):
+            proto.close_when_idle()
+
+    async def shutdown(self, timeout: float | None = None) -> None:  # noqa: ASYNC109 (aiohttp's)
+        """aiohttp's connections and the fast path's finish within ``timeout``;
+        what is still running then is cut (as aiohttp cancels its handlers)."""
+        fast = list(self._fast_connections)
+        tasks = [p.task for p in fast if p.task is not None]
+
+        async def fast_done() -> None:
+            if tasks:
+                await asyncio.wait(tasks, timeout=timeout)
+            for proto in fast:
+                if proto.task is not None:
+                    proto.abort()  # still answering past the bound (answered ones closed)
+
+        await asyncio.gather(super().shutdown(timeout), fast_done())
 
 
 class LimitedRunner(web.AppRunner):
     """``web.AppRunner`` whose server is a :class:`LimitedServer`."""
 
-    def __init__(self, app: web.Application, *, max_connections: int, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: web.Application,
+        *,
+        max_connections: int,
+        fast: FastHttpConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(app, **kwargs)
         self._max_connections = max_connections
+        self._fast = fast
 
     async def _make_server(self) -> web.Server:
         server = await super()._make_server()
@@ -68,6 +128,8 @@ class LimitedRunner(web.AppRunner):
         server.__class__ = LimitedServer
         assert isinstance(server, LimitedServer)
         server.max_connections = self._max_connections
+        server.fast = self._fast
+        server._fast_connections = set()
         return server
 
 
