@@ -130,9 +130,7 @@ class AdmissionService:
         """A newcomer's size from its first request body (≈ 4 bytes a token),
         bounded by the model's length, else by the largest known KV capacity: a
         padded body must not size an agent beyond what vLLM would ever hold."""
-        limit = self.settings.max_model_len_tokens or max(
-            (i.capacity_tokens or 0 for i in self.pool), default=0
-        )
+        limit = self.settings.max_model_len_tokens or self.pool.max_capacity_tokens()
         return new_agent_tokens(body_bytes // 4, self.ledger.placeholder_tokens, limit)
 
     def _rule_admits(self, inst: Instance, agents: Iterable[Agent]) -> tuple[str, ...]:

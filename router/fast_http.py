@@ -251,6 +251,7 @@ class FastProtocol(asyncio.Protocol):
         self._drain: asyncio.Future[None] | None = None
         self._awaiting_body: FastExchange | None = None
         self._idle: asyncio.TimerHandle | None = None
+        self._idle_deadline: float | None = None  # None: a request is being answered
         self._close_when_idle = False
         self._date_s = -1
         self._date = b""
@@ -283,7 +284,7 @@ class FastProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        self._cancel_idle()
+        self._stop_idle_timer()
         if self.task is not None:
             self.task.cancel()  # the client left: the proxy unwinds (handler_cancellation)
         if self._drain is not None and not self._drain.done():
@@ -341,7 +342,7 @@ class FastProtocol(asyncio.Protocol):
         if end < 0:
             if len(buf) > MAX_HEAD_BYTES or b"\n\n" in buf:  # too long, or bare LFs
                 self._hand_off()
-            elif self._idle is None:
+            elif self._idle_deadline is None:
                 self._arm_idle()
             return
         cfg = self._config
@@ -404,7 +405,7 @@ class FastProtocol(asyncio.Protocol):
         """Give the connection, with every byte not yet answered, to aiohttp."""
         transport = self._transport
         assert transport is not None and self.task is None
-        self._cancel_idle()
+        self._stop_idle_timer()
         self._host.fast_lost(self)
         handler = self._host.fallback()
         transport.set_protocol(handler)
@@ -419,14 +420,27 @@ class FastProtocol(asyncio.Protocol):
             handler.data_received(data)
 
     def _arm_idle(self) -> None:
-        self._idle = self._loop.call_later(self._config.keepalive_s, self._idle_close)
+        # One timer a connection, not one a request: it only moves the deadline
+        # while requests keep coming, and is re-armed for the rest when it fires.
+        self._idle_deadline = self._loop.time() + self._config.keepalive_s
+        if self._idle is None:
+            self._idle = self._loop.call_at(self._idle_deadline, self._idle_check)
 
     def _cancel_idle(self) -> None:
+        self._idle_deadline = None
+
+    def _stop_idle_timer(self) -> None:
+        self._idle_deadline = None
         if self._idle is not None:
             self._idle.cancel()
             self._idle = None
 
-    def _idle_close(self) -> None:
+    def _idle_check(self) -> None:
         self._idle = None
-        if self.task is None and self._transport is not None:
+        deadline = self._idle_deadline
+        if deadline is None:
+            return  # answering: the answer re-arms it
+        if self._loop.time() < deadline:
+            self._idle = self._loop.call_at(deadline, self._idle_check)
+        elif self.task is None and self._transport is not None:
             self._transport.close()

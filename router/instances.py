@@ -130,5 +130,9 @@ class InstancePool:
                 return candidate
         raise NotFoundError(f"no instance named {name!r}")
 
+    def max_capacity_tokens(self) -> int:
+        """The largest known KV capacity (0 when none is known)."""
+        return max((i.capacity_tokens or 0 for i in self._by_name.values()), default=0)
+
     def eligible(self) -> list[Instance]:
         return [i for i in self._by_name.values() if i.eligible]

@@ -235,6 +235,8 @@ async def test_a_body_that_does_not_arrive_is_a_408_and_the_connection_closes() 
         b"POST " + ROUTE.encode() + b" HTTP/1.1\r\nBad Header\r\n\r\n",
         b"POST " + ROUTE.encode() + b" HTTP/1.1\r\nX: " + b"a" * MAX_HEAD_BYTES + b"\r\n\r\n",
         b"POST " + ROUTE.encode() + b" HTTP/1.1\nContent-Length: 2\n\n{}",
+        request(extra="Transfer-Encoding: chunked\r\n"),
+        request(extra="Content-Length: 9\r\n"),
     ],
     ids=[
         "get",
@@ -247,6 +249,8 @@ async def test_a_body_that_does_not_arrive_is_a_408_and_the_connection_closes() 
         "malformed",
         "long-head",
         "bare-lf",
+        "cl-and-te",
+        "two-cl",
     ],
 )
 async def test_anything_else_is_handed_to_aiohttp_with_every_byte(wire: bytes) -> None:
@@ -454,3 +458,9 @@ async def test_a_graceful_stop_finishes_a_request_in_flight_on_the_fast_path(
     await asyncio.wait_for(stopping, 15.0)
     await client.close()
     assert answer.parse().choices[0].message.content and "server" not in answer.headers
+
+
+@pytest.mark.parametrize("extra", ["Transfer-Encoding: chunked\r\n", "Content-Length: 9\r\n"])
+async def test_ambiguous_framing_is_refused_by_aiohttp(router: RunningRouter, extra: str) -> None:
+    (answer,) = await _raw(router.url, request(b"{}", extra=extra), 1)
+    assert answer["status"] == 400 and "server" in answer["headers"]
