@@ -34,7 +34,12 @@ from router.errors import RouterError, StateStoreError
 from router.fast_http import FastHttpConfig
 from router.health import HealthChecker
 from router.identity_mw import IdentityResolver
-from router.openai_errors import error_response, from_router_error
+from router.openai_errors import (
+    as_response,
+    error_parts,
+    from_router_error,
+    internal_error_parts,
+)
 from router.ports import Persist
 from router.proxy import ROUTES, Proxy, ProxyLimits
 from router.public_api import PublicApi
@@ -50,6 +55,8 @@ CREDENTIALS_KEY = web.AppKey("kairos_credentials", RouterCredentials)
 BREAKERS_KEY = web.AppKey("kairos_breakers", CircuitBreakers)
 PROXY_KEY = web.AppKey("kairos_proxy", Proxy)
 MAINTENANCE_INTERVAL_S = 1.0
+UPSTREAM_KEEPALIVE_S = 4.0
+"""Idle upstream connections are dropped after this, under uvicorn's (vLLM's) 5 s."""
 
 
 @web.middleware
@@ -67,20 +74,19 @@ async def error_middleware(
         if exc.status < 400:
             raise
         message = "unknown route" if exc.status == 404 else (exc.reason or "error")
-        return error_response(
-            exc.status,
-            f"{message}: {request.method} {request.path}",
-            code="not_found" if exc.status == 404 else None,
-            anthropic=anthropic,
+        return as_response(
+            error_parts(
+                exc.status,
+                f"{message}: {request.method} {request.path}",
+                code="not_found" if exc.status == 404 else None,
+                anthropic=anthropic,
+            )
         )
     except (asyncio.CancelledError, ConnectionResetError):
         raise
     except Exception:
         log.exception("unhandled_error", path=request.path)
-        return error_response(
-            500, "internal router error", err_type="server_error", code="internal_error",
-            anthropic=anthropic,
-        )  # fmt: skip
+        return as_response(internal_error_parts(anthropic))
 
 
 def resolve_config(config: RouterConfig) -> tuple[RouterConfig, bytes | None, StateStore, Any]:
@@ -181,16 +187,19 @@ def create_app(
         # Pooled upstream connections are dropped after 4 s idle, before uvicorn's
         # (vLLM's server) 5 s keep-alive closes them: a request sent on a connection
         # the backend is closing fails in a way that cannot be safely retried.
-        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=4.0)
+        connector = aiohttp.TCPConnector(
+            limit=0, ttl_dns_cache=300, keepalive_timeout=UPSTREAM_KEEPALIVE_S
+        )
         # No cookie jar: a backend's Set-Cookie must not be replayed on every other
         # agent's requests (a client's own Cookie header is forwarded as sent).
         session = aiohttp.ClientSession(
             connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar()
         )
         proxy.session = session
-        # The inference requests' own client (router/upstream.py), same 4 s idle bound.
-        upstream_client = UpstreamClient(connect_timeout_s=config.timeouts.connect_s,
-                                         keepalive_s=4.0)  # fmt: skip
+        # The inference requests' own client (router/upstream.py), same idle bound.
+        upstream_client = UpstreamClient(
+            connect_timeout_s=config.timeouts.connect_s, keepalive_s=UPSTREAM_KEEPALIVE_S
+        )
         proxy.upstream = upstream_client
         restored = await core.restore()
         log.info("router_started", instances=len(core.pool), restored_agents=restored,

@@ -39,7 +39,7 @@ import structlog
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from router.errors import BodyTooLargeError, RequestTimeoutError
-from router.openai_errors import error_body
+from router.openai_errors import internal_error_parts
 
 log = structlog.get_logger("kairos.router.proxy")
 
@@ -232,9 +232,6 @@ class FastExchange:
         return b"".join(lines)
 
 
-_INTERNAL_ERROR = error_body(500, "internal router error", "server_error", "internal_error")
-
-
 class FastProtocol(asyncio.Protocol):
     """One client connection on the fast path (see the module docstring)."""
 
@@ -376,8 +373,7 @@ class FastProtocol(asyncio.Protocol):
         except Exception:
             log.exception("unhandled_error", path=ex.path)
             if not ex.started:
-                headers = {"Content-Type": "application/json"}
-                await ex.send(500, headers, _INTERNAL_ERROR)
+                await ex.send(*internal_error_parts(anthropic=ex.path == "/v1/messages"))
         finally:
             self.task = None
             self._awaiting_body = None

@@ -39,7 +39,7 @@ def error_body(
     ).encode()
 
 
-def error_response(
+def error_parts(
     status: int,
     message: str,
     *,
@@ -48,39 +48,45 @@ def error_response(
     retry_after_s: float | None = None,
     anthropic: bool = False,
     request_id: str | None = None,
-) -> web.Response:
-    """A JSON error response; ``Retry-After`` in whole seconds when given."""
-    headers: dict[str, str] = {}
+) -> tuple[int, dict[str, str], bytes]:
+    """Status, headers and JSON body of an error answer, for either server
+    (``Retry-After`` in whole seconds when given)."""
+    headers = {"Content-Type": "application/json"}
     if retry_after_s is not None:
         headers["Retry-After"] = str(max(1, math.ceil(retry_after_s)))
     if request_id:
         headers["X-Request-Id"] = request_id
-    return web.Response(
-        status=status,
-        body=error_body(status, message, err_type, code, anthropic),
-        content_type="application/json",
-        headers=headers,
-    )
+    return status, headers, error_body(status, message, err_type, code, anthropic)
 
 
-def error_parts(
+def as_response(parts: tuple[int, dict[str, str], bytes]) -> web.Response:
+    """An error answer from :func:`error_parts` (or its kin) as an aiohttp response."""
+    status, headers, body = parts
+    return web.Response(status=status, body=body, headers=headers)
+
+
+def internal_error_parts(anthropic: bool = False) -> tuple[int, dict[str, str], bytes]:
+    """The 500 for an unexpected failure: no detail of it reaches the client."""
+    return error_parts(
+        500, "internal router error", err_type="server_error", code="internal_error",
+        anthropic=anthropic,
+    )  # fmt: skip
+
+
+def router_error_parts(
     exc: RouterError, *, anthropic: bool = False, request_id: str | None = None
 ) -> tuple[int, dict[str, str], bytes]:
-    """Status, headers and body of ``exc``'s error response, for any server."""
-    headers = {"Content-Type": "application/json"}
-    if exc.retry_after_s is not None:
-        headers["Retry-After"] = str(max(1, math.ceil(exc.retry_after_s)))
-    if request_id:
-        headers["X-Request-Id"] = request_id
-    body = error_body(exc.status, exc.message, exc.err_type, exc.code, anthropic)
-    return exc.status, headers, body
+    """:func:`error_parts` of a :class:`RouterError`."""
+    return error_parts(
+        exc.status, exc.message, err_type=exc.err_type, code=exc.code,
+        retry_after_s=exc.retry_after_s, anthropic=anthropic, request_id=request_id,
+    )  # fmt: skip
 
 
 def from_router_error(
     exc: RouterError, *, anthropic: bool = False, request_id: str | None = None
 ) -> web.Response:
-    status, headers, body = error_parts(exc, anthropic=anthropic, request_id=request_id)
-    return web.Response(status=status, body=body, headers=headers)
+    return as_response(router_error_parts(exc, anthropic=anthropic, request_id=request_id))
 
 
 def sse_error_event(message: str, anthropic: bool = False) -> bytes:

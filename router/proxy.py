@@ -59,7 +59,7 @@ from router.json_body import parse_json
 from router.ledger import Agent, Ledger, PrefillClaim
 from router.metrics import RouterMetrics
 from router.observations import ObservationLog, observation
-from router.openai_errors import error_parts
+from router.openai_errors import router_error_parts
 from router.placement_service import PlacementService
 from router.ports import HealthSink
 from router.relay import Outcome, relay
@@ -226,7 +226,7 @@ class Proxy:
             m = self._metrics
             m.errors.labels(route, exc.code).inc()
             m.requests.labels(route, str(exc.status)).inc()
-            status, headers, body = error_parts(
+            status, headers, body = router_error_parts(
                 exc, anthropic=route == "messages", request_id=request_id
             )
             await ex.send(status, headers, body)

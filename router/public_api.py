@@ -18,7 +18,7 @@ from router.config import TimeoutSettings
 from router.identity_mw import IdentityResolver, upstream_headers
 from router.instances import InstancePool
 from router.metrics import RouterMetrics
-from router.openai_errors import error_response
+from router.openai_errors import as_response, error_parts
 from router.ports import InstanceListing
 
 
@@ -81,13 +81,13 @@ class PublicApi:
         merged: dict[str, Any] = {}
         for status, body in results:
             if status == 401:
-                return error_response(401, "backend rejected the API key", code="invalid_api_key",
-                                      err_type="authentication_error")  # fmt: skip
+                return as_response(error_parts(401, "backend rejected the API key",
+                    code="invalid_api_key", err_type="authentication_error"))  # fmt: skip
             if status == 200 and isinstance(body, dict) and isinstance(body.get("data"), list):
                 for model in body["data"]:
                     if isinstance(model, dict) and isinstance(model.get("id"), str):
                         merged.setdefault(model["id"], model)
         if not merged and not any(s == 200 for s, _ in results):
-            return error_response(503, "no backend answered /v1/models", err_type="server_error",
-                                  code="no_healthy_backend")  # fmt: skip
+            return as_response(error_parts(503, "no backend answered /v1/models",
+                err_type="server_error", code="no_healthy_backend"))  # fmt: skip
         return web.json_response({"object": "list", "data": list(merged.values())})

@@ -24,11 +24,12 @@ from router.fast_http import (
     FastHttpConfig,
     FastProtocol,
 )
-from router.openai_errors import error_parts
+from router.openai_errors import router_error_parts
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import StartRouter
 
 ROUTE = "/v1/chat/completions"
+MESSAGES = "/v1/messages"
 
 
 class RecordingTransport(asyncio.Transport):
@@ -113,7 +114,8 @@ async def echo(ex: FastExchange) -> None:
 def connect(serve: Serve = echo, keepalive_s: float = 30.0, **host: Any) -> tuple[
     FastProtocol, RecordingTransport, Host
 ]:  # fmt: skip
-    config = FastHttpConfig(serve=serve, routes=frozenset({ROUTE}), max_body_bytes=1 << 20,
+    routes = frozenset({ROUTE, MESSAGES})
+    config = FastHttpConfig(serve=serve, routes=routes, max_body_bytes=1 << 20,
                             keepalive_s=keepalive_s)  # fmt: skip
     h = Host(**host)
     proto = FastProtocol(config, h)
@@ -212,7 +214,7 @@ async def test_a_body_that_does_not_arrive_is_a_408_and_the_connection_closes() 
         try:
             await ex.read_body(1 << 20, 0.0)
         except RouterError as exc:
-            await ex.send(*error_parts(exc))
+            await ex.send(*router_error_parts(exc))
 
     proto, transport, _ = connect(serve)
     proto.data_received(request(b'{"a":1}')[:-3])  # the head and part of the body
@@ -360,15 +362,17 @@ async def test_an_idle_connection_is_closed_after_the_keepalive_bound() -> None:
     assert not transport.aborted
 
 
-async def test_a_failing_handler_answers_500_without_detail() -> None:
+@pytest.mark.parametrize(("path", "form"), [(ROUTE, "error"), (MESSAGES, "type")])
+async def test_a_failing_handler_answers_500_without_detail(path: str, form: str) -> None:
     async def serve(ex: FastExchange) -> None:
         raise RuntimeError("secret detail")
 
     proto, transport, _ = connect(serve)
-    proto.data_received(request())
+    proto.data_received(request(path=path))
     await until(lambda: len(responses(bytes(transport.out))) == 1)
     (answer,) = responses(bytes(transport.out))
     assert answer["status"] == 500 and b"secret" not in answer["body"]
+    assert form in json.loads(answer["body"])  # the route's protocol form (Anthropic: "type")
 
 
 async def test_a_header_with_a_newline_is_never_written() -> None:
