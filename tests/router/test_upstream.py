@@ -94,6 +94,17 @@ async def post(c: UpstreamClient, url: str, body: bytes = b"{}", **kw: float) ->
     )  # fmt: skip
 
 
+async def read_twice_on_new_connections(
+    c: UpstreamClient, url: str, accepted: list[int], body: bytes
+) -> None:
+    """Two requests, each answered ``body``, on two connections: the first not reused."""
+    for _ in range(2):
+        resp = await post(c, url)
+        assert await resp.read() == body
+        resp.release()
+    assert len(accepted) == 2
+
+
 async def test_keep_alive_reuses_one_connection_and_sends_the_request_as_given() -> None:
     seen: list[tuple[bytes, bytes]] = []
 
@@ -153,11 +164,7 @@ async def test_connection_close_answer_and_eof_delimited_body() -> None:
         await writer.drain()
 
     async with backend(serve) as (url, accepted), client() as c:
-        for _ in range(2):
-            resp = await post(c, url)
-            assert await resp.read() == b"until the end"
-            resp.release()
-        assert len(accepted) == 2  # never reused
+        await read_twice_on_new_connections(c, url, accepted, b"until the end")
 
 
 async def test_refused_connection_is_a_connect_error() -> None:
@@ -288,11 +295,7 @@ async def test_a_second_answer_to_one_request_never_leaks_and_poisons_the_connec
             await writer.drain()
 
     async with backend(serve) as (url, accepted), client() as c:
-        for _ in range(2):
-            resp = await post(c, url)
-            assert await resp.read() == b'{"ok": true}'
-            resp.release()
-        assert len(accepted) == 2  # the first connection was not reused
+        await read_twice_on_new_connections(c, url, accepted, b'{"ok": true}')
 
 
 async def test_a_refused_backend_is_not_named_to_the_client(tmp_path: Path) -> None:
