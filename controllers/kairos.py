@@ -55,6 +55,14 @@ class KairosConfig:
     prefill_boost_tokens: int | None = 65536
     """Top clock while at least this many uncached prompt tokens wait for their first
     output on the instance (docs/control-law.md, point 9). None: off (the paper)."""
+    busy_floor_mhz: int | None = 900
+    """Lowest clock for long-context work (docs/control-law.md, point 11): while the
+    active agents' mean context is at least ``busy_floor_context_tokens``, the level
+    is at least the first one at or above this clock (the GPU's memory knee, under
+    which decode slows ∝ 1/f). None: off (the paper)."""
+    busy_floor_context_tokens: int = 65536
+    """Mean context per active agent from which the floor applies: about where one
+    sequence's KV read per decode step outweighs the step's share of the weights."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
@@ -69,6 +77,14 @@ class KairosConfig:
             raise InvalidConfigError("new_agent_context_tokens must be >= 0")
         if not self.idle_after_s > 0.0:
             raise InvalidConfigError(f"idle_after_s must be > 0, got {self.idle_after_s}")
+        if self.busy_floor_mhz is not None and self.busy_floor_mhz < 1:
+            raise InvalidConfigError(
+                f"busy_floor_mhz must be >= 1 or None, got {self.busy_floor_mhz}"
+            )
+        if self.busy_floor_context_tokens < 0:
+            raise InvalidConfigError(
+                f"busy_floor_context_tokens must be >= 0, got {self.busy_floor_context_tokens}"
+            )
         if self.prefill_boost_tokens is not None and self.prefill_boost_tokens < 1:
             raise InvalidConfigError(
                 f"prefill_boost_tokens must be >= 1 or None, got {self.prefill_boost_tokens}"
@@ -208,6 +224,32 @@ class KairosController:
         now = snapshot.now_s
         return sum(self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now))
 
+    def busy_floor(self, snapshot: InstanceSnapshot) -> int:
+        """The lowest level the work running now may use (docs/control-law.md, point 11).
+
+        Decode is memory-bound: above the GPU's memory knee its speed is nearly flat
+        in the SM clock, below it a step takes ∝ 1/f. For short contexts a lower
+        clock still pays there: slower steps gather larger batches that share one
+        read of the weights (the paper workload saves most at 660 MHz). A long
+        context's step is mostly its own KV read, which no batch shares, so below
+        the knee it only slows the agent while static power keeps running, and
+        sessions end later (Claude Code trace: near the window's end, after it).
+        So while the active agents (:meth:`is_active`) average at least
+        ``busy_floor_context_tokens`` of context, the level is at least the first
+        one at or above ``busy_floor_mhz``. Level 1 when off or nobody is active.
+        """
+        floor_mhz = self.config.busy_floor_mhz
+        if floor_mhz is None or floor_mhz <= self.levels.min_mhz:
+            return 1
+        now = snapshot.now_s
+        active = [self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now)]
+        if not active or sum(active) < self.config.busy_floor_context_tokens * len(active):
+            return 1
+        return next(
+            (lv for lv in range(1, self.levels.count + 1) if self.levels.clock_of(lv) >= floor_mhz),
+            self.levels.count,
+        )
+
     def prefill_boost(self, snapshot: InstanceSnapshot) -> bool:
         """Is enough compute-bound prefill queued to run it at the top clock?
 
@@ -230,6 +272,9 @@ class KairosController:
         working = self.working_usage(snapshot)
         level = context_level(working, snapshot.capacity_tokens, self.levels.count, cfg.alpha)
         reason = "context" if level < self.levels.count else "context-high"
+        floor = self.busy_floor(snapshot)
+        if level < floor:
+            level, reason = floor, "busy-floor"
         if level < self.levels.count and self.prefill_boost(snapshot):
             level, reason = self.levels.count, "prefill"
         min_tput = self.min_throughput(snapshot)

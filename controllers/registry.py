@@ -88,11 +88,15 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
                 "activity_aware": False,
                 "boost_reachable_only": False,
                 "prefill_boost_tokens": None,
+                "busy_floor_mhz": None,
             },
         ),
         "kairos-no-ta": PolicySpec(_kairos, kairos_changes={"thrashing_avoidance": False}),
-        # Its own model prices prefill per level (docs/control-law.md, point 9).
-        "predictive": PolicySpec(_predictive, kairos_changes={"prefill_boost_tokens": None}),
+        # Its own model prices prefill per level (docs/control-law.md, point 9) and
+        # finds the efficient floor (its elasticity rule; point 11).
+        "predictive": PolicySpec(
+            _predictive, kairos_changes={"prefill_boost_tokens": None, "busy_floor_mhz": None}
+        ),
         "no-control": PolicySpec(_no_control, all_clocks=True),
         "fixed": PolicySpec(_fixed, argument="MHZ", all_clocks=True),
     }

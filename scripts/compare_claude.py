@@ -12,30 +12,72 @@ qualifying fixed clock minus 1 point" for the others.
 
     .venv/bin/python -m scripts.compare_claude --seeds 16             # ~3 min on 2 cores
     .venv/bin/python -m scripts.compare_claude --seeds 8 --rates 0.008 --policy predictive
+    .venv/bin/python -m scripts.compare_claude --variant busy_floor_mhz=None   # kairos without it
+    .venv/bin/python -m scripts.compare_claude --seeds 8 --instances 2 --placement round-robin
+
+``--variant FIELD=VALUE[,FIELD=VALUE]`` adds a row for ``kairos`` with those
+:class:`~controllers.kairos.KairosConfig` fields changed (``None``, ints, floats,
+``true``/``false``), to measure one point of docs/control-law.md against the default.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import os
 from concurrent.futures import ProcessPoolExecutor
+from typing import Any
 
-from scripts.results_lib.items_claude import FIXED, best_fixed, claude_spec, kairos_failures
+from controllers.registry import PLACEMENTS, kairos_config_for
+from scripts.results_lib.items_claude import (
+    FIXED,
+    INSTANCES,
+    best_fixed,
+    claude_spec,
+    kairos_failures,
+)
 from scripts.results_lib.plan import full_plan
 from scripts.results_lib.runs import Metrics, run_metrics
 
 Key = tuple[str, float, int]
 
 
-def _run(key: Key) -> tuple[Key, Metrics]:
+def parse_variant(text: str) -> dict[str, Any]:
+    """``"a=None,b=3"`` → ``{"a": None, "b": 3}`` (KairosConfig field changes)."""
+    changes: dict[str, Any] = {}
+    for item in filter(None, text.split(",")):
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise ValueError(f"variant items are FIELD=VALUE, got {item!r}")
+        low = raw.lower()
+        if low == "none":
+            value: Any = None
+        elif low in ("true", "false"):
+            value = low == "true"
+        else:
+            value = float(raw) if any(c in raw for c in ".e") else int(raw)
+        changes[name.strip()] = value
+    return changes
+
+
+def _run(fleet: tuple[int, str], key: Key) -> tuple[Key, Metrics]:
     policy, rate, seed = key
-    metrics = run_metrics(claude_spec(full_plan((policy,)), policy, rate, seed))
+    base, _, variant = policy.partition("[")
+    spec = claude_spec(full_plan((base,)), base, rate, seed)
+    spec = dataclasses.replace(spec, instances=fleet[0], placement=fleet[1])
+    if variant:
+        changes = parse_variant(variant.rstrip("]"))
+        spec = dataclasses.replace(
+            spec, kairos=dataclasses.replace(kairos_config_for(base), **changes)
+        )
+    metrics = run_metrics(spec)
     metrics.pop("series", None)  # only the summary crosses back
     return key, metrics
 
 
 def saving(base: Metrics, other: Metrics) -> float:
-    return 100.0 * (1.0 - other["avg_power_w"] / base["avg_power_w"])
+    return 100.0 * (1.0 - float(other["avg_power_w"]) / float(base["avg_power_w"]))
 
 
 def cell_ok(policy: str, base: Metrics, m: Metrics, fixed: dict[str, Metrics]) -> bool:
@@ -76,14 +118,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=16)
     ap.add_argument("--rates", default="0.004,0.008", help="comma-separated sessions/s")
     ap.add_argument("--policy", action="append", default=[], help="default: kairos, predictive")
+    ap.add_argument(
+        "--variant", action="append", default=[], help="kairos with FIELD=VALUE[,...] changed"
+    )
+    ap.add_argument("--instances", type=int, default=INSTANCES)
+    ap.add_argument("--placement", default="consolidating", choices=sorted(PLACEMENTS))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args(argv)
+    for v in args.variant:
+        parse_variant(v)  # a typo fails here, not in a worker
     rates = [float(r) for r in args.rates.split(",")]
     policies = ["no-control", *FIXED, *(args.policy or ["kairos", "predictive"])]
+    policies += [f"kairos[{v}]" for v in args.variant]
     seeds = range(1, args.seeds + 1)
     keys = [(p, r, s) for r in rates for p in policies for s in seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
-        res: dict[Key, Metrics] = dict(pool.map(_run, keys))
+        run = functools.partial(_run, (args.instances, args.placement))
+        res: dict[Key, Metrics] = dict(pool.map(run, keys))
     print(
         "| rate | policy | saving | J/output token | attainment | sessions done | preemptions"
         " | pending s | pending s, all sessions | unfinished"

@@ -143,9 +143,10 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             f"Claude Code sessions (`{Path(d['workload'].removeprefix('trace:')).name}`, think "
             f"time capped at 60 s) on {INSTANCES} instances, consolidating placement with fleet "
             "admission, 3 h windows, SLO 20 tok/s, seeds paired across policies. `kairos` is the "
-            "default (activity-aware clock, boost only for agents a clock can lift); "
+            "default (activity-aware clock, boost only for agents a clock can lift, prefill at "
+            "the top clock, a clock floor for long-context work); "
             "`kairos-paper` is Algorithm 1 as the paper states it "
-            "(docs/control-law.md, points 6–8).",
+            "(docs/control-law.md, points 6–11).",
             command("claude", quick),
             table(headers, body),
             "`mean pending` is over the finished sessions (their agent records), as issue 14's "

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from scripts.compare_claude import cell_ok, row
+import pytest
+
+from scripts.compare_claude import cell_ok, parse_variant, row
 from scripts.results_lib.items_claude import FIXED
 
 
@@ -60,3 +62,14 @@ def test_row_sums_counts_and_averages_the_rest() -> None:
     assert cells[5:8] == ["99", "3", "5"]  # sessions and preemptions summed, pending averaged
     assert cells[8:10] == ["15", "2"]  # pending over every session averaged, unfinished summed
     assert cells[10] == "1 of 2"
+
+
+def test_variant_changes_parse_to_kairos_config_values() -> None:
+    assert parse_variant("busy_floor_mhz=None,idle_after_s=5.0,activity_aware=false") == {
+        "busy_floor_mhz": None,
+        "idle_after_s": 5.0,
+        "activity_aware": False,
+    }
+    assert parse_variant("prefill_boost_tokens=16384") == {"prefill_boost_tokens": 16384}
+    with pytest.raises(ValueError):
+        parse_variant("busy_floor_mhz")
