@@ -224,6 +224,14 @@ class KairosController:
         now = snapshot.now_s
         return sum(self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now))
 
+    def long_context_work(self, snapshot: InstanceSnapshot) -> bool:
+        """Do the active agents (:meth:`is_active`) average at least
+        ``busy_floor_context_tokens`` of context? Then a decode step is mostly their
+        own KV reads, which a larger batch does not share (point 11)."""
+        now = snapshot.now_s
+        active = [self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now)]
+        return bool(active) and sum(active) >= self.config.busy_floor_context_tokens * len(active)
+
     def busy_floor(self, snapshot: InstanceSnapshot) -> int:
         """The lowest level the work running now may use (docs/control-law.md, point 11).
 
@@ -241,9 +249,7 @@ class KairosController:
         floor_mhz = self.config.busy_floor_mhz
         if floor_mhz is None or floor_mhz <= self.levels.min_mhz:
             return 1
-        now = snapshot.now_s
-        active = [self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now)]
-        if not active or sum(active) < self.config.busy_floor_context_tokens * len(active):
+        if not self.long_context_work(snapshot):
             return 1
         return next(
             (lv for lv in range(1, self.levels.count + 1) if self.levels.clock_of(lv) >= floor_mhz),
