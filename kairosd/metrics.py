@@ -36,6 +36,9 @@ class DaemonMetrics:
         self.prefill_epochs = counter(
             "kairosd_prefill_epochs", "Epochs at the top clock for queued prefill work"
         )
+        self.busy_floor_epochs = counter(
+            "kairosd_busy_floor_epochs", "Epochs lifted to the memory knee for long-context work"
+        )
         self.admissions = counter("kairosd_admissions", "Agents admitted by the router on our word")
         self.deferred = gauge("kairosd_deferred", "1 while new admissions are deferred")
         self.failsafe = gauge("kairosd_failsafe", "1 while inputs are stale (max clock)")
@@ -92,6 +95,8 @@ class DaemonMetrics:
             self.boosts.labels(i).inc()
         if "prefill" in rec.reason:  # also under a fail-safe or budget-cap prefix
             self.prefill_epochs.labels(i).inc()
+        if "busy-floor" in rec.reason:
+            self.busy_floor_epochs.labels(i).inc()
         self.admissions.labels(i).inc(rec.admitted)
         self.epochs.labels(i).inc()
 

@@ -1,6 +1,7 @@
-"""The daemon's end of the prefill signal: the router's ``prefill_tokens`` on the wire
-lift the clock to the top level for the epoch, and the metric counts it (epoch
-records are written when the epoch closes)."""
+"""The daemon's end of the router's work signals: ``prefill_tokens`` on the wire lift
+the clock to the top level for the epoch (control-law point 9), a long context in
+flight to the memory knee (point 11), and the metrics count both (epoch records are
+written when the epoch closes)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,24 @@ async def test_queued_prefill_from_the_router_runs_the_top_clock(
     assert (await daemon.run_epoch()).clock_mhz == CLOCKS[0]
     text = daemon.metrics.render().decode()
     assert 'kairosd_prefill_epochs_total{instance="gpu0"} 1.0' in text
+
+
+async def test_long_context_work_from_the_router_lifts_the_clock_to_the_knee(
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """Point 11 end to end in the daemon: a 100K-token agent with a request in flight
+    on a large cache runs at the first level ≥ 900 MHz, not at the context level."""
+    vllm.vllm.capacity_tokens = 2_000_000  # Eq. 9 alone: level 1 (800 MHz)
+    daemon = await make_daemon(vllm, router, session, clock)
+    idle = agent("a", 100_000)
+    router.ongoing = [dataclasses.replace(idle, last_active_s=-60.0)]
+    assert (await daemon.run_epoch()).clock_mhz == CLOCKS[0]
+    router.ongoing = [dataclasses.replace(idle, in_flight=True)]
+    clock.advance(5.0)
+    busy = await daemon.run_epoch()
+    assert busy.clock_mhz == 1000 and busy.reason == "busy-floor"
+    assert vllm.gpus[0].locked_mhz == 1000
+    clock.advance(5.0)
+    await daemon.run_epoch()  # the record of the busy epoch is written when it closes
+    text = daemon.metrics.render().decode()
+    assert 'kairosd_busy_floor_epochs_total{instance="gpu0"} 1.0' in text
