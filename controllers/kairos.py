@@ -1,7 +1,10 @@
 """The KAIROS per-instance controller (paper §6.2, Algorithm 1, Eq. 6–13).
 
-Paper-exact by default. The points the paper leaves open are named fields of
-:class:`KairosConfig`; see ``docs/control-law.md`` for the reasoning:
+The points the paper leaves open are named fields of :class:`KairosConfig`; see
+``docs/control-law.md`` for the reasoning. The default departs from the paper in
+the fields the policy ``kairos-paper`` turns off (``activity_aware``,
+``boost_reachable_only``, ``prefill_boost_tokens``, ``busy_floor_mhz``; points
+6, 7, 9 and 11); the open points themselves:
 
 * ``new_agent_context_tokens`` (3000): size of an agent with no completed request
   (the first author's placeholder), unless the caller supplies an estimate from
