@@ -112,6 +112,8 @@ class Daemon:
         self.epoch = 0
         self.records: deque[EpochRecord] = deque(maxlen=_RECENT_RECORDS)
         self.applied_clock_mhz: int | None = None
+        self.applied_under_cap_mhz: int | None = None
+        """The fleet budget's cap when ``applied_clock_mhz`` was last decided."""
         self.last_decision: ControlDecision | None = None
         self.last_ack: DecisionAck | None = None
         self.mode = "standalone" if config.standalone else "router"
@@ -352,7 +354,11 @@ class Daemon:
             reason += " (observe)"
         admitted = await self._post(decision, fresh=router_state is not None)
         decision, reason = self._capped(decision, reason)
+        cap_mhz = self.cap.cap_mhz
         await self._apply_clock(decision.clock_mhz)
+        # Set with the clock, not with the cap: a cap the router lowered is in force
+        # while the GPU write is still under way, and /healthz is read meanwhile.
+        self.applied_under_cap_mhz = cap_mhz
         ongoing, pending = agent_counts(held, self.config.standalone)
         vl = self._vllm_in.value
         self._open = OpenEpoch(
@@ -473,6 +479,7 @@ class Daemon:
             "policy": self.controller.name,
             "applied_clock_mhz": self.applied_clock_mhz,
             "clock_cap_mhz": self.cap.cap_mhz,
+            "applied_under_cap_mhz": self.applied_under_cap_mhz,
             "budget_conflict": self.cap.conflict,
             "status": self.status_line(),
         }

@@ -53,7 +53,14 @@ async def test_cap_lowers_the_clock_to_a_level_and_is_recorded(
     assert 'kairosd_budget_capped_epochs_total{instance="gpu0"} 2.0' in text
     ok, health = daemon.health()
     assert ok and health["clock_cap_mhz"] == 1300 and health["applied_clock_mhz"] == 1200
+    assert health["applied_under_cap_mhz"] == 1300
     assert "fleet budget cap 1300 MHz" in daemon.status_line()
+    router.clock_cap_mhz = 1000  # lowered: in force, and obeyed, from this epoch
+    clock.advance(EPOCH_S)
+    await daemon.run_epoch()
+    _, health = daemon.health()
+    assert health["clock_cap_mhz"] == health["applied_under_cap_mhz"] == 1000
+    assert health["applied_clock_mhz"] == 1000 == vllm.gpus[0].locked_mhz
 
 
 async def test_cap_wins_over_the_slo_boost_and_conflict_is_exported(
