@@ -155,7 +155,8 @@ class AdmissionService:
                 agent = self.ledger.get(agent_id)
                 if agent is not None and agent.instance == name:
                     size = self.ledger.context_of(agent)
-                    held.append((agent.waiting_since_s or 0.0, HeldAgent(agent_id, name, size)))
+                    since = agent.queue_since_s or agent.waiting_since_s or 0.0
+                    held.append((since, HeldAgent(agent_id, name, size)))
         if not held:
             return ()
         held.sort(key=lambda pair: pair[0])
@@ -178,6 +179,7 @@ class AdmissionService:
         now = self.clock()
         if agent.waiting_since_s is not None:
             agent.pending_s += max(0.0, now - agent.waiting_since_s)
+        agent.queue_since_s = agent.gave_up_s = None
         self.queue(queue or inst.name).release(agent.agent_id)
         self.ledger.set_ongoing(agent, inst.name)
         self.metrics.admissions.labels(inst.name, source).inc()
@@ -218,12 +220,14 @@ class AdmissionService:
             raise NoBackendError("agent has no instance", retry_after_s=5.0)
         q = self.queue(inst.name)
         start = self.clock()
+        since = self._place_in_line(agent, q, start)
         try:
-            future = q.join(agent.agent_id)
+            future = q.join(agent.agent_id, since)
         except HoldQueueFullError:
             self.metrics.hold_rejections.labels(inst.name, "queue_full").inc()
             raise
         self.ledger.set_pending(agent, inst.name, start)
+        agent.queue_since_s, agent.gave_up_s = since, None
         self._notify()
         self.pump(inst)
         timeout = self.settings.max_wait_s if max_wait_s is None else max_wait_s
@@ -244,11 +248,27 @@ class AdmissionService:
         self.metrics.hold_wait.labels(agent.instance or inst.name).observe(waited)
         return waited
 
+    def _place_in_line(self, agent: Agent, q: HoldQueue, now_s: float) -> float:
+        """Where ``agent`` queues: its old place if its last waiting request gave up
+        less than ``requeue_grace_s`` ago (a client retrying a 503 or a dropped
+        connection), else now. Without it a session held past ``max_wait_s`` went
+        to the back at every retry, behind everyone who arrived after it."""
+        since = agent.queue_since_s
+        if since is None:
+            return now_s
+        if agent.agent_id in q:
+            return since  # another request of an agent already in line
+        if agent.gave_up_s is not None and now_s - agent.gave_up_s <= self.settings.requeue_grace_s:
+            return since
+        return now_s
+
     def _give_up(self, agent: Agent) -> None:
         if agent.instance is not None and self.queue(agent.instance).leave(agent.agent_id):
+            now = self.clock()
             if agent.waiting_since_s is not None:
-                agent.pending_s += max(0.0, self.clock() - agent.waiting_since_s)
+                agent.pending_s += max(0.0, now - agent.waiting_since_s)
             agent.waiting_since_s = None
+            agent.gave_up_s = now  # queue_since_s kept: a prompt retry keeps its place
             self._notify()
 
     # -- local fallback and daemon decisions -------------------------------------------

@@ -88,6 +88,16 @@ class AdmissionSettings:
     max_pending_agents: int = 1024
     max_wait_s: float = 600.0
     retry_after_s: float = 5.0
+    requeue_grace_s: float = 60.0
+    """An agent whose last held request gave up (timeout, client gone) keeps its
+    place in line if it comes back within this many seconds."""
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.requeue_grace_s) and self.requeue_grace_s >= 0.0):
+            raise ConfigError(
+                f"admission.requeue_grace_s must be finite and >= 0, got {self.requeue_grace_s}"
+            )
+
     capacity_tokens: int | None = None
     stale_after_s: float | None = None
     max_model_len_tokens: int | None = None

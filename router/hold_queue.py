@@ -3,7 +3,9 @@
 The queue holds *agents*, not requests: all held requests of one agent wait on
 the same future, and the agent's place in line is the arrival of its first held
 request. When the last waiting request of an agent gives up (timeout, client
-gone) the agent leaves the queue, so the queue only reflects live demand.
+gone) the agent leaves the queue, so the queue only reflects live demand; if it
+comes back within the grace period (a client retrying a 503) it takes its old
+place again (``AdmissionService.wait_admitted``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from router.errors import HoldQueueFullError
 class Held:
     future: asyncio.Future[None]
     waiters: int = 0
+    since_s: float = 0.0
+    """The agent's place in line (``Agent.queue_since_s``)."""
 
 
 class HoldQueue:
@@ -45,8 +49,12 @@ class HoldQueue:
                 return pos
         return None
 
-    def join(self, agent_id: str) -> asyncio.Future[None]:
-        """Add a waiting request of ``agent_id``; the future resolves on admission."""
+    def join(self, agent_id: str, since_s: float) -> asyncio.Future[None]:
+        """Add a waiting request of ``agent_id``; the future resolves on admission.
+
+        A new agent takes its place by ``since_s`` (its first held request's
+        arrival): at the back, unless it is an agent coming back to an older place
+        (a retry after a timeout), which goes ahead of everyone who came later."""
         held = self._items.get(agent_id)
         if held is None:
             if len(self._items) >= self.max_agents:
@@ -54,10 +62,17 @@ class HoldQueue:
                     "admission queue of the instance is full; retry later",
                     retry_after_s=self.retry_after_s,
                 )
-            held = Held(future=asyncio.get_running_loop().create_future())
-            self._items[agent_id] = held
+            held = Held(future=asyncio.get_running_loop().create_future(), since_s=since_s)
+            self._insert(agent_id, held)
         held.waiters += 1
         return held.future
+
+    def _insert(self, agent_id: str, held: Held) -> None:
+        """Place ``held`` after every agent that is not later than it (stable)."""
+        later = [k for k, h in self._items.items() if h.since_s > held.since_s]
+        self._items[agent_id] = held
+        for key in later:  # behind the newcomer, in their own order
+            self._items.move_to_end(key)
 
     def leave(self, agent_id: str) -> bool:
         """One waiting request gave up; returns True if the agent left the queue."""
@@ -86,5 +101,6 @@ class HoldQueue:
         return items
 
     def adopt(self, agent_id: str, held: Held) -> None:
-        """Append an agent moved from another queue, keeping its waiting requests."""
-        self._items[agent_id] = held
+        """Take an agent moved from another queue, keeping its waiting requests and
+        its place in line."""
+        self._insert(agent_id, held)

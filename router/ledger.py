@@ -55,6 +55,11 @@ class Agent:
     instances: list[str] = field(default_factory=list)
     ending: tuple[str, int | None] | None = None
     """(reason, exit code) of an end that arrived while a request was still in flight."""
+    queue_since_s: float | None = None
+    """Its place in line: when its first held request arrived. Kept after its last
+    waiting request gave up, so a retry within ``admission.requeue_grace_s``
+    (``gave_up_s``) takes its old place, not the back of the queue."""
+    gave_up_s: float | None = None
 
     @property
     def throughput_tok_s(self) -> float | None:
@@ -103,7 +108,16 @@ class PrefillClaim:
 
 
 _TRANSIENT = frozenset(
-    {"arrival_s", "last_seen_s", "in_flight", "prefill_tokens", "waiting_since_s", "ending"}
+    {
+        "arrival_s",
+        "last_seen_s",
+        "in_flight",
+        "prefill_tokens",
+        "waiting_since_s",
+        "ending",
+        "queue_since_s",
+        "gave_up_s",
+    }
 )
 _PERSISTED = tuple(f for f in Agent.__dataclass_fields__ if f not in _TRANSIENT)
 

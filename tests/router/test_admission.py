@@ -250,3 +250,46 @@ async def test_runs_without_capacity_admits_everything(
     for _ in range(3):
         await _turn(router, await start_agent(router.url))
     assert len(backend.received) == 3
+
+
+async def test_an_agent_that_comes_back_within_the_grace_keeps_its_place(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """A held agent whose request gave up (here: its client left; a 503 after
+    ``max_wait_s`` takes the same path) and that retries within
+    ``requeue_grace_s`` goes back ahead of agents that arrived after it; later
+    than that, it queues at the back like a newcomer."""
+    clock = ManualClock()
+    settings = AdmissionSettings(requeue_grace_s=60.0)
+    router = await _filled(make_router, backend, clock=clock, admission=settings)
+    adm = router.core.admission
+    q = adm.queue("i0")
+    await _turn(router, await start_agent(router.url))  # fills i0
+    b, c = await start_agent(router.url), await start_agent(router.url)
+
+    async def held(token: str) -> asyncio.Task[None]:
+        task = asyncio.create_task(_turn(router, token))
+        await adm.wait_until(lambda: _aid(token) in q)
+        return task
+
+    async def leave(task: asyncio.Task[None], token: str) -> None:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await adm.wait_until(lambda: _aid(token) not in q)
+
+    b_first = await held(b)
+    clock.advance(1.0)
+    await leave(b_first, b)
+    c_task = await held(c)
+    clock.advance(30.0)
+    b_again = await held(b)
+    assert q.order() == [_aid(b), _aid(c)]
+    _, status = await control("GET", f"{router.url}/kairos/v1/agents/{_aid(b)}")
+    assert status["queue_position"] == 0
+
+    await leave(b_again, b)
+    clock.advance(61.0)  # past the grace: a newcomer's place
+    b_late = await held(b)
+    assert q.order() == [_aid(c), _aid(b)]
+    for task, token in ((b_late, b), (c_task, c)):
+        await leave(task, token)

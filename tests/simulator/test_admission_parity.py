@@ -74,7 +74,7 @@ async def _check(ongoing: list[list[int]], held: list[tuple[int, int]], newcomer
         aid = f"held-{k}"
         agent = ledger.add(Agent(aid, float(k), 0.0, estimated_context_tokens=size))
         ledger.set_pending(agent, f"sim{i}", float(k))
-        adm.queue(f"sim{i}").join(aid)
+        adm.queue(f"sim{i}").join(aid, float(k))
         sim = SimAgent(_program(aid, size), float(k), i, size)
         cluster.instances[i].pending.append(sim)
         views.append(HeldAgent(aid, f"sim{i}", size))
