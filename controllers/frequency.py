@@ -8,6 +8,7 @@ optionally restricted to ``[floor_mhz, ceiling_mhz]`` and thinned to
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -96,6 +97,10 @@ class FrequencyLevels:
             if c <= clock_mhz:
                 level = i
         return level
+
+    def level_at_least(self, clock_mhz: int) -> int:
+        """1-based level of the lowest clock not below ``clock_mhz`` (``L`` if none)."""
+        return min(bisect.bisect_left(self.clocks_mhz, clock_mhz) + 1, self.count)
 
     def snap(self, clock_mhz: int) -> int:
         """The supported level clock nearest to ``clock_mhz`` (ties go up)."""

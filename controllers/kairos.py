@@ -254,10 +254,7 @@ class KairosController:
             return 1
         if not self.long_context_work(snapshot):
             return 1
-        return next(
-            (lv for lv in range(1, self.levels.count + 1) if self.levels.clock_of(lv) >= floor_mhz),
-            self.levels.count,
-        )
+        return self.levels.level_at_least(floor_mhz)
 
     def prefill_boost(self, snapshot: InstanceSnapshot) -> bool:
         """Is enough compute-bound prefill queued to run it at the top clock?

@@ -49,6 +49,9 @@ def test_snap_and_level_of() -> None:
     assert lv.snap(740) == 600 and lv.snap(760) == 900 and lv.snap(750) == 900
     assert lv.level_of(1000) == 2 and lv.level_of(100) == 1
     assert lv.clock_of(99) == 1200 and lv.clock_of(0) == 600
+    # The floor's lookup: lowest clock not below; the top when every clock is below.
+    assert lv.level_at_least(900) == 2 and lv.level_at_least(901) == 3
+    assert lv.level_at_least(100) == 1 and lv.level_at_least(5000) == 3
 
 
 def _pending_snapshot() -> InstanceSnapshot:
