@@ -151,11 +151,10 @@ class AdmissionService:
             return ()
         held: list[tuple[float, HeldAgent]] = []
         for name, q in self.queues.items():
-            for agent_id in q.order():
+            for agent_id, since in q.places():
                 agent = self.ledger.get(agent_id)
                 if agent is not None and agent.instance == name:
                     size = self.ledger.context_of(agent)
-                    since = agent.queue_since_s or agent.waiting_since_s or 0.0
                     held.append((since, HeldAgent(agent_id, name, size)))
         if not held:
             return ()

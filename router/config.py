@@ -91,18 +91,17 @@ class AdmissionSettings:
     requeue_grace_s: float = 60.0
     """An agent whose last held request gave up (timeout, client gone) keeps its
     place in line if it comes back within this many seconds."""
+    capacity_tokens: int | None = None
+    stale_after_s: float | None = None
+    max_model_len_tokens: int | None = None
+    """Bound on a newcomer's size estimate (its first body's bytes / 4); unset:
+    the largest known KV capacity."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.requeue_grace_s) and self.requeue_grace_s >= 0.0):
             raise ConfigError(
                 f"admission.requeue_grace_s must be finite and >= 0, got {self.requeue_grace_s}"
             )
-
-    capacity_tokens: int | None = None
-    stale_after_s: float | None = None
-    max_model_len_tokens: int | None = None
-    """Bound on a newcomer's size estimate (its first body's bytes / 4); unset:
-    the largest known KV capacity."""
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,10 @@ class HoldQueue:
         """Agent ids in arrival order (head first)."""
         return list(self._items)
 
+    def places(self) -> list[tuple[str, float]]:
+        """``(agent_id, since_s)`` head first: each agent with its place in line."""
+        return [(agent_id, held.since_s) for agent_id, held in self._items.items()]
+
     def position(self, agent_id: str) -> int | None:
         for pos, key in enumerate(self._items):
             if key == agent_id:
