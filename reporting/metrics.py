@@ -4,6 +4,8 @@
 * P5 per-agent throughput: the 5th percentile over finished agents (linear
   interpolation, numpy's default);
 * SLO attainment, Eq. 4: fraction of finished agents with throughput ≥ τ;
+  a session that gave up while held (``end_reason`` ``gave-up``) is not a
+  finished agent but counts here, and in P5, at throughput 0;
 * average power, Eq. 5: total energy / wall time of the measured window;
 * energy per output token: total energy / total decode tokens;
 * job throughput: finished agents / window length.
@@ -16,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from reporting.records import AgentRecord, EpochRecord
+from reporting.records import GAVE_UP, AgentRecord, EpochRecord
 
 SPEC_JSON_KEYS: frozenset[str] = frozenset(
     {
@@ -72,6 +74,8 @@ class Summary:
     output_tokens: int = 0
     time_at_clock_s: dict[int, float] = field(default_factory=dict)
     per_instance_avg_power_w: dict[str, float] = field(default_factory=dict)
+    gave_up_agents: int = 0
+    """Sessions whose clients stopped retrying while held (not in ``completed_agents``)."""
 
 
 def summarize(
@@ -106,7 +110,10 @@ def summarize(
         if per_instance_time[k] > 0
     }
     avg_power = energy / window if window > 0 else 0.0
-    tputs = [a.throughput_tok_s for a in agents if a.throughput_tok_s is not None]
+    finished = [a for a in agents if a.end_reason != GAVE_UP]
+    gave_up = len(agents) - len(finished)
+    tputs = [a.throughput_tok_s for a in finished if a.throughput_tok_s is not None]
+    tputs += [0.0] * gave_up
     out_tokens = sum(a.decode_tokens for a in agents)
     epoch_tokens = [e.output_tokens for e in epochs if e.output_tokens is not None]
     if epoch_tokens:
@@ -122,8 +129,8 @@ def summarize(
         energy_per_output_token_j=energy / out_tokens if out_tokens else None,
         p5_agent_throughput_tok_s=percentile(tputs, 5.0),
         slo_attainment=slo_attainment(tputs, slo_tok_s),
-        job_throughput_per_s=len(agents) / window if window > 0 else 0.0,
-        completed_agents=len(agents),
+        job_throughput_per_s=len(finished) / window if window > 0 else 0.0,
+        completed_agents=len(finished),
         preemptions=preemptions,
         recomputed_tokens=recomputed_tokens,
         boost_fraction=boost_time / total_epoch_time if total_epoch_time > 0 else 0.0,
@@ -131,4 +138,5 @@ def summarize(
         output_tokens=out_tokens,
         time_at_clock_s=dict(sorted(time_at_clock.items())),
         per_instance_avg_power_w=per_instance_power,
+        gave_up_agents=gave_up,
     )

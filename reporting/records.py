@@ -60,6 +60,12 @@ class EpochRecord:
     kind: str = "epoch"
 
 
+GAVE_UP = "gave-up"
+"""``AgentRecord.end_reason`` of a session whose client stopped retrying while it
+was held for admission: it ended without running (docs/simulator.md, "Client
+patience"). Metrics count it as a missed SLO, not as a finished session."""
+
+
 @dataclass(frozen=True, slots=True)
 class AgentRecord:
     """One finished agent (router per-agent completion record).

@@ -109,7 +109,7 @@ def row(rate: float, policy: str, res: dict[Key, Metrics], seeds: range) -> str:
         f"{mean('slo_attainment'):.3f} | {sum(int(m['completed_agents']) for m in runs)} | "
         f"{sum(int(m['preemptions']) for m in runs)} | {mean('mean_pending_s'):.0f} | "
         f"{mean('mean_pending_all_s'):.0f} | {sum(int(m['unfinished_agents']) for m in runs)} | "
-        f"{cells} |"
+        f"{sum(int(m.get('gave_up_agents') or 0) for m in runs)} | {cells} |"
     )
 
 
@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--instances", type=int, default=INSTANCES)
     ap.add_argument("--placement", default="consolidating", choices=sorted(PLACEMENTS))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--why", action="store_true", help="list each cell that misses its bar")
     args = ap.parse_args(argv)
     for v in args.variant:
         parse_variant(v)  # a typo fails here, not in a worker
@@ -137,14 +138,35 @@ def main(argv: list[str] | None = None) -> int:
         res: dict[Key, Metrics] = dict(pool.map(run, keys))
     print(
         "| rate | policy | saving | J/output token | attainment | sessions done | preemptions"
-        " | pending s | pending s, all sessions | unfinished"
+        " | pending s | pending s, all sessions | unfinished | gave up"
         f" | cells at issue 14's bar ({len(seeds)} seeds) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rates:
         for p in policies:
             print(row(r, p, res, seeds))
+    if args.why:
+        print_misses(rates, policies, res, seeds)
     return 0
+
+
+def print_misses(
+    rates: list[float], policies: list[str], res: dict[Key, Metrics], seeds: range
+) -> None:
+    """Each (rate, seed) cell that misses its bar, and why."""
+    for r in rates:
+        for p in (p for p in policies if p != "no-control" and not p.startswith("fixed:")):
+            for s in seeds:
+                base, m = res[("no-control", r, s)], res[(p, r, s)]
+                if p.startswith("kairos"):
+                    misses = "; ".join(kairos_failures(base, m))
+                else:
+                    best = best_fixed(base, {f: res[(f, r, s)] for f in FIXED})
+                    misses = ""
+                    if best is not None and saving(base, m) < best[1] - 1.0:
+                        misses = f"saves {saving(base, m):.1f}%, {best[0]} {best[1]:.1f}%"
+                if misses:
+                    print(f"- {r} {p} seed {s}: {misses}")
 
 
 if __name__ == "__main__":

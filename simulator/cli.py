@@ -29,7 +29,7 @@ from kairos_common.cli import (
 from kairos_common.config import load_config
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
-from simulator.cluster import control_levels
+from simulator.cluster import DEFAULT_CLIENT_PATIENCE_S, control_levels
 from simulator.errors import SimulatorError
 from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset
 from simulator.runner import SimResult, SimSpec, result_json, run_many, run_sim, write_jsonl
@@ -55,6 +55,7 @@ class SimCliConfig:
     reassign: bool = True
     epoch_s: float | None = None
     think_cap_s: float = 60.0
+    client_patience_s: float = DEFAULT_CLIENT_PATIENCE_S
     arrivals: Path | None = None
     out: Path = Path("sim-out")
     plots: bool = True
@@ -76,6 +77,7 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
         preset=get_preset(cfg.preset),
         epoch_s=cfg.epoch_s,
         think_cap_s=cfg.think_cap_s,
+        client_patience_s=cfg.client_patience_s or None,
         arrivals_file=cfg.arrivals,
         kairos=KairosConfig(slo_tok_s=cfg.slo),
         reassignment=ReassignmentConfig(enabled=cfg.reassign),
@@ -90,6 +92,8 @@ def _validate(cfg: SimCliConfig) -> None:
     check_positive(cfg.duration_s, "--duration-s", " of seconds")
     check_positive(cfg.epoch_s, "--epoch-s", " of seconds (omit for the preset's)")
     check_positive(cfg.think_cap_s, "--think-cap-s", " of seconds")
+    if cfg.client_patience_s != 0:
+        check_positive(cfg.client_patience_s, "--client-patience-s", " of seconds (0: forever)")
     check_slo(cfg.slo)
     if cfg.instances < 1:
         raise ConfigError(f"--instances {cfg.instances}: expected at least 1")
@@ -199,6 +203,9 @@ HELP: dict[str, str] = {
     "reassign": "Algorithm 3 reassignment of agents between instances (default on)",
     "epoch_s": "control epoch in seconds (default from the preset: 5)",
     "think_cap_s": "cap on trace think times, drops human pauses (default 60 s)",
+    "client_patience_s": "seconds a held session's client keeps retrying before the session "
+    f"fails (default {DEFAULT_CLIENT_PATIENCE_S:g}: the router's 600 s hold, the OpenAI SDK's "
+    "two retries; 0: forever)",
     "arrivals": "replay arrival times from a file instead of Poisson",
     "out": "directory for JSONL records and PNGs (default sim-out)",
     "plots": "write PNG plots of power, clock and context (default on)",
@@ -226,6 +233,7 @@ def register(app: typer.Typer) -> None:
         reassign: Annotated[bool | None, Opt(help=HELP["reassign"])] = None,
         epoch_s: Annotated[float | None, Opt(help=HELP["epoch_s"])] = None,
         think_cap_s: Annotated[float | None, Opt(help=HELP["think_cap_s"])] = None,
+        client_patience_s: Annotated[float | None, Opt(help=HELP["client_patience_s"])] = None,
         arrivals: Annotated[Path | None, Opt(help=HELP["arrivals"])] = None,
         out: Annotated[Path | None, Opt(help=HELP["out"])] = None,
         plots: Annotated[bool | None, Opt(help=HELP["plots"])] = None,
@@ -253,6 +261,7 @@ def register(app: typer.Typer) -> None:
             "reassign": reassign,
             "epoch_s": epoch_s,
             "think_cap_s": think_cap_s,
+            "client_patience_s": client_patience_s,
             "arrivals": arrivals,
             "out": out,
             "plots": plots,

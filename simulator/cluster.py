@@ -59,7 +59,7 @@ from controllers.admission import (
 from controllers.energy_attribution import EnergyAccountant
 from controllers.placement import ReassignmentDecision
 from reporting.energy import with_energy
-from reporting.records import AgentRecord, EpochRecord
+from reporting.records import GAVE_UP, AgentRecord, EpochRecord
 from simulator.agents import SimAgent
 from simulator.engine import Engine
 from simulator.engine_types import EngineEvent, EngineRequest, RequestFinished, RequestRejected
@@ -70,6 +70,13 @@ from simulator.timing import TimingModel
 from simulator.workload import AgentProgram, Workload
 
 _ARRIVAL, _RELEASE, _EPOCH, _ENGINE = 0, 1, 2, 3
+
+DEFAULT_CLIENT_PATIENCE_S = (1 + 2) * 600.0
+"""What a held session gets from the router's defaults and the OpenAI SDK's: the
+router answers a held request 503 after ``admission.max_wait_s`` (600 s) and keeps
+the agent's place when it retries within ``admission.requeue_grace_s``; the SDK
+retries twice (``max_retries=2``), then the agent's call fails. A test pins it to
+the router's default (docs/simulator.md, "Client patience")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,9 @@ class ClusterConfig:
     """Optional cap on the instances' total power (docs/beyond.md)."""
     predictive: PredictiveConfig | None = None
     """Knobs of the ``predictive`` policy (its defaults when ``None``)."""
+    client_patience_s: float | None = DEFAULT_CLIENT_PATIENCE_S
+    """How long a held session's client keeps asking before the session fails
+    (:meth:`Cluster.drop_impatient`); None: clients wait for as long as it takes."""
 
 
 def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
@@ -527,10 +537,28 @@ class Cluster:
                     inst.pending.remove(agent)
                     self._admit(inst, agent, t)
         self._rehome_held(t)
+        self.drop_impatient(t)
         if self.progress is not None:
             self.progress(t)
         if t + self.epoch_s <= self.config.duration_s + 1e-9:
             self._push(t + self.epoch_s, _EPOCH, k + 1)
+
+    def drop_impatient(self, t: float) -> None:
+        """Held sessions whose clients have stopped retrying end without running.
+
+        The simulator would otherwise hold a session for as long as it takes, while
+        in production its client gives up after ``client_patience_s``: the session
+        fails (its record's ``end_reason`` is ``gave-up``; metrics count it as an SLO
+        miss, not as a finished session). Checked once an epoch.
+        """
+        patience = self.config.client_patience_s
+        if patience is None:
+            return
+        for inst in self.instances:
+            for agent in [a for a in inst.pending if t - a.waiting_since_s >= patience]:
+                inst.pending.remove(agent)
+                agent.pending_s += t - agent.waiting_since_s
+                self.agents_done.append(self._record(agent, t, GAVE_UP))
 
     def _apply_budget(
         self, fleet: FleetBudget, decisions: list[ControlDecision], k: int

@@ -22,7 +22,7 @@ from controllers import KairosConfig, ReassignmentConfig
 from reporting.metrics import Summary, summarize
 from reporting.records import AgentRecord, EpochRecord, RunRecord, file_slug, to_json_line
 from simulator.arrivals import poisson_arrivals, replay_arrivals
-from simulator.cluster import Cluster, ClusterConfig
+from simulator.cluster import DEFAULT_CLIENT_PATIENCE_S, Cluster, ClusterConfig
 from simulator.errors import WorkloadError
 from simulator.presets import Preset, get_preset
 from simulator.workload import Workload
@@ -45,6 +45,8 @@ class SimSpec:
     preset: Preset = field(default_factory=get_preset)
     epoch_s: float | None = None
     think_cap_s: float = DEFAULT_THINK_CAP_S
+    client_patience_s: float | None = DEFAULT_CLIENT_PATIENCE_S
+    """Held sessions fail after this long (``ClusterConfig.client_patience_s``)."""
     arrivals_file: Path | None = None
     kairos: KairosConfig | None = None
     reassignment: ReassignmentConfig = field(default_factory=ReassignmentConfig)
@@ -100,6 +102,7 @@ def run_sim(spec: SimSpec, progress: Callable[[float], None] | None = None) -> S
         kairos=kairos,
         epoch_s=spec.epoch_s,
         run=spec.run_name,
+        client_patience_s=spec.client_patience_s,
     )
     arrivals = build_arrivals(spec)
     cluster = Cluster(spec.preset, config, build_workload(spec), arrivals, progress=progress)
@@ -172,6 +175,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "recomputed_tokens": s.recomputed_tokens,
         "boost_fraction": s.boost_fraction,
         "mean_pending_s": s.mean_pending_s,
+        "gave_up_agents": s.gave_up_agents,
         "unfinished_agents": int(c.get("unfinished_agents", 0)),
         "unfinished_held_s": c.get("unfinished_held_s", 0.0),
         "mean_pending_all_s": _mean_pending_all(result),

@@ -117,7 +117,7 @@ def _check_line(c: dict[str, Any]) -> str:
 def claude_render(d: Data, out: Path, quick: bool) -> str:
     headers = ["rate", "policy", "power (W)", "saving", "J/output token", "P5 (tok/s)",
                "attainment", "sessions done", "preempt.", "mean pending (s)",
-               "pending, all sessions (s)", "unfinished"]  # fmt: skip
+               "pending, all sessions (s)", "unfinished", "gave up"]  # fmt: skip
     body = [
         [
             f"{r['rate']:g}",
@@ -132,6 +132,7 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             fmt(r["mean_pending_s"], 0),
             fmt(r.get("mean_pending_all_s"), 0),
             fmt(r.get("unfinished_agents"), 1),
+            fmt(r.get("gave_up_agents"), 1),
         ]
         for r in d["rows"]
     ]
@@ -150,9 +151,12 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             command("claude", quick),
             table(headers, body),
             "`mean pending` is over the finished sessions (their agent records), as issue 14's "
-            "bar reads it; it cannot show a session still held when the window ends. "
-            "`pending, all sessions` adds the sessions still running or held at the end, with "
-            "the time they were held, and `unfinished` counts them.",
+            "bar reads it, and those whose clients gave up while held: the router answers a "
+            "held request 503 after 600 s and the OpenAI SDK retries twice, so a session held "
+            "1800 s fails (`gave up` counts them; they are not sessions done and count as SLO "
+            'misses; docs/simulator.md, "Client patience"). It cannot show a session still '
+            "held when the window ends: `pending, all sessions` adds the sessions still running "
+            "or held at the end, with the time they were held, and `unfinished` counts them.",
             "Per cell: the default policy against issue 14's bar (≥ 0.98× no control's sessions "
             "done, attainment within 2 points or 1.5 sessions, J/output token ≤ no control's, "
             "≥ 10% power saved, mean pending ≤ 30 s), and predictive against the best fixed "

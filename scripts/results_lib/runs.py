@@ -39,6 +39,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "mean_pending_s",
     "mean_pending_all_s",
     "unfinished_agents",
+    "gave_up_agents",
     "mean_ongoing_per_instance",
     "boost_fraction",
 )

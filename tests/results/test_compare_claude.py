@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from scripts.compare_claude import cell_ok, parse_variant, row
+from scripts.compare_claude import cell_ok, parse_variant, print_misses, row
 from scripts.results_lib.items_claude import FIXED
 
 
@@ -20,6 +20,7 @@ def _m(power_w: float, done: int = 50, attainment: float = 0.95, **kw: Any) -> d
         "preemptions": kw.get("preemptions", 0),
         "mean_pending_all_s": kw.get("pending_all", kw.get("pending", 0.0)),
         "unfinished_agents": kw.get("unfinished", 0),
+        "gave_up_agents": kw.get("gave_up", 0),
     }
 
 
@@ -51,7 +52,7 @@ def test_row_sums_counts_and_averages_the_rest() -> None:
         ("no-control", 0.004, 2): BASE,
         ("kairos", 0.004, 1): _m(440.0, done=50, preemptions=2),
         ("kairos", 0.004, 2): _m(
-            460.0, done=49, preemptions=1, pending=10.0, pending_all=30.0, unfinished=2
+            460.0, done=49, preemptions=1, pending=10.0, pending_all=30.0, unfinished=2, gave_up=1
         ),
         **{(f, 0.004, s): _m(450.0) for f in FIXED for s in (1, 2)},
     }
@@ -61,7 +62,23 @@ def test_row_sums_counts_and_averages_the_rest() -> None:
     assert cells[2] == "10.0%"  # (12 % + 8 %) / 2
     assert cells[5:8] == ["99", "3", "5"]  # sessions and preemptions summed, pending averaged
     assert cells[8:10] == ["15", "2"]  # pending over every session averaged, unfinished summed
-    assert cells[10] == "1 of 2"
+    assert cells[10:] == ["1", "1 of 2"]  # sessions that gave up summed
+
+
+def test_why_lists_each_cell_that_misses_its_bar(capsys: pytest.CaptureFixture[str]) -> None:
+    fixed = {f: _m(450.0 if f == "fixed:1140" else 470.0) for f in FIXED}  # 10 % at 1140
+    res = {
+        ("no-control", 0.004, 1): BASE,
+        ("kairos", 0.004, 1): _m(440.0, pending=31.0),
+        ("predictive", 0.004, 1): _m(460.0),  # 8 %, short of 10 − 1
+        **{(f, 0.004, 1): m for f, m in fixed.items()},
+    }
+    print_misses([0.004], ["no-control", *FIXED, "kairos", "predictive"], res, range(1, 2))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == [
+        "- 0.004 kairos seed 1: mean pending 31 s",
+        "- 0.004 predictive seed 1: saves 8.0%, fixed:1140 10.0%",
+    ]
 
 
 def test_variant_changes_parse_to_kairos_config_values() -> None:

@@ -66,6 +66,8 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
         (["--workload", "bogus"], "unknown workload"),
         (["--placement", "random"], "unknown placement"),
         (["--rate", "-1"], "--rate"),
+        (["--client-patience-s", "-5"], "--client-patience-s"),
+        (["--client-patience-s", "nan"], "--client-patience-s"),
         (["--workload", f"trace:{tmp_path / 'missing.jsonl'}"], "cannot read trace"),
     ):
         res = CliRunner().invoke(
