@@ -16,7 +16,7 @@ import structlog
 
 from kairos_common.identity import end_key, issue_token, new_agent_id
 from kairos_common.wire import AgentEnd, AgentStart, AgentStarted
-from reporting.records import AgentRecord, JsonlWriter
+from reporting.records import GAVE_UP, AgentRecord, JsonlWriter
 from router.admission import AdmissionService
 from router.energy import EnergyService
 from router.errors import NotFoundError
@@ -26,6 +26,18 @@ from router.metrics import RouterMetrics
 
 log = structlog.get_logger("kairos.router.agents")
 
+
+
+def ended_reason(agent: Agent, reason: str) -> str:
+    """``gave-up`` for a session that ends without ever having run because its held
+    requests gave up (the 503 after ``admission.max_wait_s``, or its client gone),
+    whatever its end signal said: reports then count it as a missed SLO and not as
+    a finished session, as the simulator counts one whose client ran out of
+    patience (docs/simulator.md, "Client patience"). The exit code stays in the
+    record."""
+    if agent.turns == 0 and not agent.admitted and agent.gave_up_s is not None:
+        return GAVE_UP
+    return reason
 
 class AgentService:
     def __init__(
@@ -123,6 +135,7 @@ class AgentService:
 
     def finish(self, agent: Agent, *, reason: str, exit_code: int | None = None) -> None:
         """Remove ``agent``, free its context, write its record, pump admission."""
+        reason = ended_reason(agent, reason)
         self.admission.remove_pending(agent)
         instance = agent.instance
         self.ledger.remove(agent.agent_id)

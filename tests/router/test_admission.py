@@ -4,14 +4,18 @@ kairosd decisions (versioned, idempotent), fast path, and the local fallback."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import openai
+import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from kairos_common.testing import ManualClock
 from kairos_common.wire import AdmissionDecision, InstanceState
+from reporting.metrics import summarize
+from reporting.records import GAVE_UP, read_records
 from router.config import AdmissionSettings
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
@@ -140,6 +144,36 @@ async def test_queue_full_429_and_timeout_503_with_retry_after(
         assert r.status == 503 and r.headers["Retry-After"] == "3"
         assert (await r.json())["error"]["code"] == "admission_timeout"
     assert len(router2.core.admission.queue("i0")) == 0
+
+
+async def test_a_session_whose_held_requests_gave_up_ends_recorded_as_gave_up(
+    make_router: StartRouter, backend: FakeBackend, tmp_path: Path
+) -> None:
+    """A session that never ran because its held request got the 503 ends with
+    ``end_reason`` ``gave-up`` whatever its end signal, so ``kairos report`` counts
+    it as a missed SLO and not as a session done, as the simulator does."""
+    records = tmp_path / "agents.jsonl"
+    short = AdmissionSettings(max_wait_s=0.05)
+    router = await _filled(make_router, backend, admission=short, records=records)
+    ran = await start_agent(router.url)
+    await _turn(router, ran)
+    held = await start_agent(router.url)
+    with pytest.raises(openai.InternalServerError) as err:  # the 503 after max_wait_s
+        await _turn(router, held)
+    assert err.value.status_code == 503
+    await _end(router, held)
+    await _end(router, ran)
+    recs = {r.agent_id: r for r in read_records([records])}
+    gave_up, done = recs[_aid(held)], recs[_aid(ran)]
+    assert (gave_up.end_reason, gave_up.turns, gave_up.exit_code) == (GAVE_UP, 0, 0)
+    assert gave_up.pending_s > 0.0
+    assert (done.end_reason, done.turns) == ("exit", 1)
+    summary = summarize("router", [], list(recs.values()), slo_tok_s=1.0)
+    assert (summary.completed_agents, summary.gave_up_agents) == (1, 1)
+    ended = router.core.metrics.registry.get_sample_value(
+        "kairos_router_agents_ended_total", {"reason": GAVE_UP}
+    )
+    assert ended == 1.0
 
 
 def _decision(epoch: int, admit: tuple[str, ...] = (), start: float = 100.0, **kw: Any) -> Any:
