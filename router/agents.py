@@ -27,7 +27,6 @@ from router.metrics import RouterMetrics
 log = structlog.get_logger("kairos.router.agents")
 
 
-
 def ended_reason(agent: Agent, reason: str) -> str:
     """``gave-up`` for a session that ends without ever having run because its held
     requests gave up (the 503 after ``admission.max_wait_s``, or its client gone),
@@ -38,6 +37,7 @@ def ended_reason(agent: Agent, reason: str) -> str:
     if agent.turns == 0 and not agent.admitted and agent.gave_up_s is not None:
         return GAVE_UP
     return reason
+
 
 class AgentService:
     def __init__(
