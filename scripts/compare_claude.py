@@ -18,6 +18,12 @@ qualifying fixed clock minus 1 point" for the others.
 ``--variant FIELD=VALUE[,FIELD=VALUE]`` adds a row for ``kairos`` with those
 :class:`~controllers.kairos.KairosConfig` fields changed (``None``, ints, floats,
 ``true``/``false``), to measure one point of docs/control-law.md against the default.
+``--policy 'NAME[FIELD=VALUE,...]'`` does the same for any policy; for
+``predictive`` a field of :class:`~controllers.predictive.PredictiveConfig` changes
+that config (as ``kairosd``'s ``[predictive]`` section would), any other field
+the KAIROS config it builds on:
+
+    .venv/bin/python -m scripts.compare_claude --policy 'predictive[max_elasticity=0.8]'
 """
 
 from __future__ import annotations
@@ -27,9 +33,8 @@ import dataclasses
 import functools
 import os
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
 
-from controllers.registry import PLACEMENTS, kairos_config_for
+from controllers.registry import PLACEMENTS
 from scripts.results_lib.items_claude import (
     FIXED,
     INSTANCES,
@@ -39,39 +44,18 @@ from scripts.results_lib.items_claude import (
 )
 from scripts.results_lib.plan import full_plan
 from scripts.results_lib.runs import Metrics, run_metrics
+from scripts.results_lib.variants import with_variant
+from simulator.runner import SimSpec
 
 Key = tuple[str, float, int]
 
 
-def parse_variant(text: str) -> dict[str, Any]:
-    """``"a=None,b=3"`` → ``{"a": None, "b": 3}`` (KairosConfig field changes)."""
-    changes: dict[str, Any] = {}
-    for item in filter(None, text.split(",")):
-        name, sep, raw = item.partition("=")
-        if not sep:
-            raise ValueError(f"variant items are FIELD=VALUE, got {item!r}")
-        low = raw.lower()
-        if low == "none":
-            value: Any = None
-        elif low in ("true", "false"):
-            value = low == "true"
-        else:
-            value = float(raw) if any(c in raw for c in ".e") else int(raw)
-        changes[name.strip()] = value
-    return changes
-
-
 def _run(fleet: tuple[int, str], key: Key) -> tuple[Key, Metrics]:
     policy, rate, seed = key
-    base, _, variant = policy.partition("[")
+    base = policy.partition("[")[0]
     spec = claude_spec(full_plan((base,)), base, rate, seed)
     spec = dataclasses.replace(spec, instances=fleet[0], placement=fleet[1])
-    if variant:
-        changes = parse_variant(variant.rstrip("]"))
-        spec = dataclasses.replace(
-            spec, kairos=dataclasses.replace(kairos_config_for(base), **changes)
-        )
-    metrics = run_metrics(spec)
+    metrics = run_metrics(with_variant(spec, policy))
     metrics.pop("series", None)  # only the summary crosses back
     return key, metrics
 
@@ -139,11 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--why", action="store_true", help="list each cell that misses its bar")
     args = ap.parse_args(argv)
-    for v in args.variant:
-        parse_variant(v)  # a typo fails here, not in a worker
     rates = [float(r) for r in args.rates.split(",")]
     policies = ["no-control", *FIXED, *(args.policy or ["kairos", "predictive"])]
     policies += [f"kairos[{v}]" for v in args.variant]
+    for p in policies:
+        try:
+            with_variant(SimSpec(), p)  # a typo fails here, not in a worker
+        except ValueError as exc:
+            ap.error(str(exc))
     seeds = range(1, args.seeds + 1)
     keys = [(p, r, s) for r in rates for p in policies for s in seeds]
     with ProcessPoolExecutor(args.jobs) as pool:

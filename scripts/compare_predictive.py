@@ -13,6 +13,7 @@ seed), in parallel processes, and prints a markdown table:
 * ``fleet``: four instances under a fleet power cap.
 
     .venv/bin/python scripts/compare_predictive.py grid --seeds 2,3,4
+    .venv/bin/python scripts/compare_predictive.py grid --no-fixed --variant max_elasticity=0.8
     .venv/bin/python scripts/compare_predictive.py fleet --cap-w 600,700
 """
 
@@ -31,6 +32,7 @@ import typer
 from controllers import KairosConfig
 from controllers.fleet_budget import FleetBudgetConfig
 from reporting.metrics import slo_attainment, summarize
+from scripts.results_lib.variants import with_variant
 from simulator.cluster import Cluster, ClusterConfig, control_levels
 from simulator.presets import get_preset, scaled
 from simulator.runner import SimSpec, build_arrivals, build_workload, run_many
@@ -97,8 +99,19 @@ def grid(
     hours: Annotated[float, typer.Option(help="Simulated hours per run.")] = 3.0,
     processes: Annotated[int, typer.Option(help="Parallel processes.")] = 2,
     fixed: Annotated[bool, typer.Option(help="Also run every fixed level (oracle bound).")] = True,
+    variant: Annotated[
+        str,
+        typer.Option(
+            help="FIELD=VALUE[,...] for the predictive runs (PredictiveConfig, else KairosConfig)."
+        ),
+    ] = "",
 ) -> None:
     """Paper workload: savings vs no control, SLO attainment, P5, per rate and SLO."""
+    pred = f"predictive[{variant}]" if variant else "predictive"
+    try:
+        with_variant(SimSpec(), pred)  # a typo fails here, not in a worker
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--variant") from exc
     preset = get_preset()
     dur = hours * 3600.0
     rs, ss, seeds_ = _floats(rates), _floats(slos), _ints(seeds)
@@ -111,8 +124,11 @@ def grid(
             if fixed:
                 specs += [dataclasses.replace(base, policy=f"fixed:{c}") for c in levels]
             for slo in ss:
-                for pol in ("kairos", "predictive"):
-                    specs.append(dataclasses.replace(base, policy=pol, slo_tok_s=slo))
+                kairos = dataclasses.replace(base, policy="kairos", slo_tok_s=slo)
+                specs += [
+                    kairos,
+                    with_variant(dataclasses.replace(kairos, policy="predictive"), pred),
+                ]
     res = _run(specs, processes)
     name = preset.name
     print(

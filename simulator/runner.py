@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controllers import KairosConfig, ReassignmentConfig
+from controllers import KairosConfig, PredictiveConfig, ReassignmentConfig
 from reporting.metrics import Summary, summarize
 from reporting.records import AgentRecord, EpochRecord, RunRecord, file_slug, to_json_line
 from simulator.arrivals import poisson_arrivals, replay_arrivals
@@ -49,6 +49,9 @@ class SimSpec:
     """Held sessions fail after this long (``ClusterConfig.client_patience_s``)."""
     arrivals_file: Path | None = None
     kairos: KairosConfig | None = None
+    predictive: PredictiveConfig | None = None
+    """The ``predictive`` policy's knobs, as ``kairosd``'s ``[predictive]`` section
+    sets them in production (None: the defaults)."""
     reassignment: ReassignmentConfig = field(default_factory=ReassignmentConfig)
 
     @property
@@ -88,22 +91,28 @@ def build_arrivals(spec: SimSpec) -> list[float]:
     return poisson_arrivals(spec.rate_per_s, spec.duration_s, spec.seed)
 
 
-def run_sim(spec: SimSpec, progress: Callable[[float], None] | None = None) -> SimResult:
-    """Run one spec to completion (virtual time ``spec.duration_s``)."""
-    started = time.perf_counter()
-    kairos = spec.kairos or KairosConfig()
-    kairos = dataclasses.replace(kairos, slo_tok_s=spec.slo_tok_s)
-    config = ClusterConfig(
+def cluster_config(spec: SimSpec) -> ClusterConfig:
+    """The cluster ``spec`` describes (τ from ``spec.slo_tok_s`` wins over the
+    KAIROS config's)."""
+    kairos = dataclasses.replace(spec.kairos or KairosConfig(), slo_tok_s=spec.slo_tok_s)
+    return ClusterConfig(
         policy=spec.policy,
         instances=spec.instances,
         duration_s=spec.duration_s,
         placement=spec.placement,
         reassignment=spec.reassignment,
         kairos=kairos,
+        predictive=spec.predictive,
         epoch_s=spec.epoch_s,
         run=spec.run_name,
         client_patience_s=spec.client_patience_s,
     )
+
+
+def run_sim(spec: SimSpec, progress: Callable[[float], None] | None = None) -> SimResult:
+    """Run one spec to completion (virtual time ``spec.duration_s``)."""
+    started = time.perf_counter()
+    config = cluster_config(spec)
     arrivals = build_arrivals(spec)
     cluster = Cluster(spec.preset, config, build_workload(spec), arrivals, progress=progress)
     cluster.run()

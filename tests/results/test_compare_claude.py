@@ -6,8 +6,11 @@ from typing import Any
 
 import pytest
 
-from scripts.compare_claude import cell_ok, parse_variant, print_misses, row
+from controllers import PredictiveConfig
+from scripts.compare_claude import cell_ok, print_misses, row
 from scripts.results_lib.items_claude import FIXED
+from scripts.results_lib.variants import parse_variant, with_variant
+from simulator.runner import SimSpec, cluster_config
 
 
 def _m(power_w: float, done: int = 50, attainment: float = 0.95, **kw: Any) -> dict[str, Any]:
@@ -90,3 +93,25 @@ def test_variant_changes_parse_to_kairos_config_values() -> None:
     assert parse_variant("prefill_boost_tokens=16384") == {"prefill_boost_tokens": 16384}
     with pytest.raises(ValueError):
         parse_variant("busy_floor_mhz")
+
+
+def test_variant_fields_go_to_the_config_that_has_them() -> None:
+    """``predictive``'s own knobs change its PredictiveConfig (what kairosd's
+    ``[predictive]`` section sets); the rest change the KAIROS config under it."""
+    spec = with_variant(SimSpec(), "predictive[max_elasticity=0.8,gamma=0.95]")
+    assert spec.predictive == PredictiveConfig(max_elasticity=0.8)
+    assert spec.kairos is not None and spec.kairos.gamma == 0.95
+    kairos = with_variant(SimSpec(), "kairos[busy_floor_mhz=None]")
+    assert kairos.predictive is None
+    assert kairos.kairos is not None and kairos.kairos.busy_floor_mhz is None
+    assert with_variant(SimSpec(), "kairos") == SimSpec()
+
+
+def test_a_field_the_policy_does_not_have_is_named() -> None:
+    with pytest.raises(ValueError, match="max_elasticity"):
+        with_variant(SimSpec(), "kairos[max_elasticity=0.8]")
+
+
+def test_a_predictive_variant_reaches_the_cluster_the_simulator_builds() -> None:
+    spec = with_variant(SimSpec(policy="predictive"), "predictive[margin=0.3]")
+    assert cluster_config(spec).predictive == PredictiveConfig(margin=0.3)
