@@ -29,13 +29,12 @@ from typing import Annotated, Any
 
 import typer
 
-from controllers import KairosConfig
 from controllers.fleet_budget import FleetBudgetConfig
 from reporting.metrics import slo_attainment, summarize
 from scripts.results_lib.variants import with_variant
-from simulator.cluster import Cluster, ClusterConfig, control_levels
+from simulator.cluster import Cluster, control_levels
 from simulator.presets import get_preset, scaled
-from simulator.runner import SimSpec, build_arrivals, build_workload, run_many
+from simulator.runner import SimSpec, build_arrivals, build_workload, cluster_config, run_many
 
 app = typer.Typer(add_completion=False, help=__doc__)
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "claude-code-dev.jsonl"
@@ -273,12 +272,16 @@ def perturb(
 
 def _fleet_run(args: tuple[str, float | None, float, int, float, float]) -> dict[str, Any]:
     policy, cap_w, rate, seed, slo, hours = args
-    spec = SimSpec(policy=policy, rate_per_s=rate, seed=seed, instances=4, slo_tok_s=slo)
-    kairos = dataclasses.replace(KairosConfig(), slo_tok_s=slo)
-    budget = FleetBudgetConfig(cap_w=cap_w, slo_tok_s=slo) if cap_w else None
-    cfg = ClusterConfig(
-        policy=policy, instances=4, duration_s=hours * 3600, kairos=kairos, fleet_budget=budget
+    spec = SimSpec(
+        policy=policy,
+        rate_per_s=rate,
+        seed=seed,
+        instances=4,
+        slo_tok_s=slo,
+        duration_s=hours * 3600,
     )
+    budget = FleetBudgetConfig(cap_w=cap_w, slo_tok_s=slo) if cap_w else None
+    cfg = dataclasses.replace(cluster_config(spec), fleet_budget=budget)
     cluster = Cluster(spec.preset, cfg, build_workload(spec), build_arrivals(spec))
     cluster.run()
     s = summarize(

@@ -15,17 +15,17 @@ against the truth and how far the parts' sum is from the measured energy::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controllers import KairosConfig
 from reporting.metrics import percentile
-from simulator.cluster import Cluster, ClusterConfig
+from simulator.cluster import Cluster
 from simulator.energy_truth import EnergyTruth
-from simulator.runner import SimSpec, build_arrivals, build_workload
+from simulator.runner import SimSpec, build_arrivals, build_workload, cluster_config
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "claude-code-dev.jsonl"
 
@@ -57,13 +57,7 @@ def run(sc: Scenario, hours: float, seed: int, policy: str) -> dict[str, float |
         instances=sc.instances,
         seed=seed,
     )
-    config = ClusterConfig(
-        policy=policy,
-        instances=sc.instances,
-        duration_s=spec.duration_s,
-        kairos=KairosConfig(slo_tok_s=spec.slo_tok_s),
-        run=sc.name,
-    )
+    config = dataclasses.replace(cluster_config(spec), run=sc.name)
     cluster = Cluster(spec.preset, config, build_workload(spec), build_arrivals(spec))
     truths = []
     for inst in cluster.instances:

@@ -31,11 +31,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controllers import ControlDecision, FrequencyLevels, InstanceSnapshot, KairosConfig
+from controllers import ControlDecision, FrequencyLevels, InstanceSnapshot
 from reporting.metrics import summarize
 from scripts.results_lib.runs import Metrics, metrics_of
-from simulator.cluster import Cluster, ClusterConfig, control_levels
-from simulator.runner import SimSpec, build_arrivals, build_workload, run_sim
+from simulator.cluster import Cluster, control_levels
+from simulator.runner import SimSpec, build_arrivals, build_workload, cluster_config, run_sim
 
 COMPLETION_FLOOR = 0.98
 
@@ -72,13 +72,10 @@ class ScheduleController:
 
 def run_schedule(spec: SimSpec, schedule_mhz: Sequence[int], window_s: float) -> dict[str, Any]:
     """One single-instance run of ``spec``'s arrivals under a clock schedule."""
-    kairos = dataclasses.replace(spec.kairos or KairosConfig(), slo_tok_s=spec.slo_tok_s)
-    config = ClusterConfig(
+    config = dataclasses.replace(
+        cluster_config(spec),
         policy="no-control",
         instances=1,
-        duration_s=spec.duration_s,
-        kairos=kairos,
-        epoch_s=spec.epoch_s,
         run=f"oracle-r{spec.rate_per_s:g}-s{spec.seed}",
     )
     cluster = Cluster(spec.preset, config, build_workload(spec), build_arrivals(spec))
