@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +58,7 @@ class SimCliConfig:
     think_cap_s: float = 60.0
     client_patience_s: float = DEFAULT_CLIENT_PATIENCE_S
     arrivals: Path | None = None
+    arrival_offset_s: float = 0.0
     out: Path = Path("sim-out")
     plots: bool = True
     processes: int = 0
@@ -79,6 +81,7 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
         think_cap_s=cfg.think_cap_s,
         client_patience_s=cfg.client_patience_s or None,
         arrivals_file=cfg.arrivals,
+        arrival_offset_s=cfg.arrival_offset_s,
         kairos=KairosConfig(slo_tok_s=cfg.slo),
         reassignment=ReassignmentConfig(enabled=cfg.reassign),
     )
@@ -95,6 +98,11 @@ def _validate(cfg: SimCliConfig) -> None:
     if cfg.client_patience_s != 0:
         check_positive(cfg.client_patience_s, "--client-patience-s", " of seconds (0: forever)")
     check_slo(cfg.slo)
+    if not (math.isfinite(cfg.arrival_offset_s) and 0 <= cfg.arrival_offset_s < cfg.duration_s):
+        raise ConfigError(
+            f"--arrival-offset-s {cfg.arrival_offset_s}: expected seconds from 0 to under "
+            "--duration-s"
+        )
     if cfg.instances < 1:
         raise ConfigError(f"--instances {cfg.instances}: expected at least 1")
     if not 0 <= cfg.seed < 2**32:
@@ -207,6 +215,9 @@ HELP: dict[str, str] = {
     f"fails (default {DEFAULT_CLIENT_PATIENCE_S:g}: the router's 600 s hold, the OpenAI SDK's "
     "two retries; 0: forever)",
     "arrivals": "replay arrival times from a file instead of Poisson",
+    "arrival_offset_s": "shift every arrival by this many seconds (default 0): where the "
+    "control epochs fall against the workload; a result that moves with it is the policy's "
+    "own chaos",
     "out": "directory for JSONL records and PNGs (default sim-out)",
     "plots": "write PNG plots of power, clock and context (default on)",
     "processes": "parallel processes for --compare (default 0: one per CPU)",
@@ -235,6 +246,7 @@ def register(app: typer.Typer) -> None:
         think_cap_s: Annotated[float | None, Opt(help=HELP["think_cap_s"])] = None,
         client_patience_s: Annotated[float | None, Opt(help=HELP["client_patience_s"])] = None,
         arrivals: Annotated[Path | None, Opt(help=HELP["arrivals"])] = None,
+        arrival_offset_s: Annotated[float | None, Opt(help=HELP["arrival_offset_s"])] = None,
         out: Annotated[Path | None, Opt(help=HELP["out"])] = None,
         plots: Annotated[bool | None, Opt(help=HELP["plots"])] = None,
         processes: Annotated[int | None, Opt(help=HELP["processes"])] = None,
@@ -263,6 +275,7 @@ def register(app: typer.Typer) -> None:
             "think_cap_s": think_cap_s,
             "client_patience_s": client_patience_s,
             "arrivals": arrivals,
+            "arrival_offset_s": arrival_offset_s,
             "out": out,
             "plots": plots,
             "processes": processes,

@@ -10,6 +10,7 @@ several specs in parallel processes (policies compared on the same arrivals).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -48,6 +49,11 @@ class SimSpec:
     client_patience_s: float | None = DEFAULT_CLIENT_PATIENCE_S
     """Held sessions fail after this long (``ClusterConfig.client_patience_s``)."""
     arrivals_file: Path | None = None
+    arrival_offset_s: float = 0.0
+    """Every arrival shifted by this much: where the control epochs fall against
+    the workload, which production leaves to when each daemon started. A result
+    that moves with it is the policy's own chaos (``scripts.compare_claude
+    --phases``), not a property of the law."""
     kairos: KairosConfig | None = None
     predictive: PredictiveConfig | None = None
     """The ``predictive`` policy's knobs, as ``kairosd``'s ``[predictive]`` section
@@ -86,9 +92,16 @@ def build_workload(spec: SimSpec) -> Workload:
 
 
 def build_arrivals(spec: SimSpec) -> list[float]:
+    offset = spec.arrival_offset_s
+    if not (math.isfinite(offset) and 0.0 <= offset < spec.duration_s):
+        raise WorkloadError(f"arrival_offset_s must be in [0, duration_s), got {offset}")
     if spec.arrivals_file is not None:
-        return replay_arrivals(spec.arrivals_file, spec.duration_s)
-    return poisson_arrivals(spec.rate_per_s, spec.duration_s, spec.seed)
+        arrivals = replay_arrivals(spec.arrivals_file, spec.duration_s)
+    else:
+        arrivals = poisson_arrivals(spec.rate_per_s, spec.duration_s, spec.seed)
+    if offset == 0.0:
+        return arrivals
+    return [t + offset for t in arrivals if t + offset < spec.duration_s]
 
 
 def cluster_config(spec: SimSpec) -> ClusterConfig:

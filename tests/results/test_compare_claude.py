@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from controllers import PredictiveConfig
-from scripts.compare_claude import cell_ok, print_misses, row
+from scripts.compare_claude import cell_ok, label, print_misses, row
 from scripts.results_lib.items_claude import FIXED
 from scripts.results_lib.variants import parse_variant, with_variant
-from simulator.runner import SimSpec, cluster_config
+from simulator.errors import WorkloadError
+from simulator.runner import SimSpec, build_arrivals, cluster_config
 
 
 def _m(power_w: float, done: int = 50, attainment: float = 0.95, **kw: Any) -> dict[str, Any]:
@@ -115,3 +117,16 @@ def test_a_field_the_policy_does_not_have_is_named() -> None:
 def test_a_predictive_variant_reaches_the_cluster_the_simulator_builds() -> None:
     spec = with_variant(SimSpec(policy="predictive"), "predictive[margin=0.3]")
     assert cluster_config(spec).predictive == PredictiveConfig(margin=0.3)
+
+
+def test_phases_label_each_run_and_shift_the_arrivals() -> None:
+    """``--phases``: a (seed, phase) run is labelled as such, and its arrivals are
+    the seed's, shifted by the phase's share of an epoch (the same sessions)."""
+    assert label(3) == "seed 3"
+    assert label((3, 2)) == "seed 3 phase 2"
+    spec = SimSpec(rate_per_s=0.05, duration_s=600.0, seed=4)
+    base = build_arrivals(spec)
+    shifted = build_arrivals(dataclasses.replace(spec, arrival_offset_s=2.5))
+    assert shifted == [t + 2.5 for t in base if t + 2.5 < 600.0]
+    with pytest.raises(WorkloadError):
+        build_arrivals(dataclasses.replace(spec, arrival_offset_s=float("nan")))

@@ -68,6 +68,9 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
         (["--rate", "-1"], "--rate"),
         (["--client-patience-s", "-5"], "--client-patience-s"),
         (["--client-patience-s", "nan"], "--client-patience-s"),
+        (["--arrival-offset-s", "-1"], "--arrival-offset-s"),
+        (["--arrival-offset-s", "60"], "--arrival-offset-s"),  # not under --duration-s
+        (["--arrival-offset-s", "inf"], "--arrival-offset-s"),
         (["--workload", f"trace:{tmp_path / 'missing.jsonl'}"], "cannot read trace"),
     ):
         res = CliRunner().invoke(
