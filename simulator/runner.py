@@ -212,6 +212,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "placement": result.spec.placement,
         "slo_tok_s": result.spec.slo_tok_s,
         "seed": result.spec.seed,
+        "arrival_offset_s": result.spec.arrival_offset_s,
         "preset": result.spec.preset.name,
         "arrivals": int(c.get("arrivals", 0)),
         "mean_ongoing_per_instance": c.get("mean_ongoing_per_instance"),

@@ -56,7 +56,9 @@ def test_single_policy_json_is_an_object(tmp_path: Path) -> None:
          "--no-plots", "--json"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
-    assert json.loads(res.stdout)["policy"] == "no-control"
+    obj = json.loads(res.stdout)
+    assert obj["policy"] == "no-control"
+    assert obj["arrival_offset_s"] == 0.0  # the run's spec, to reproduce it
 
 
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
