@@ -161,8 +161,8 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             "done, attainment within 2 points or 1.5 sessions, J/output token ≤ no control's, "
             "≥ 10% power saved, mean pending ≤ 30 s), and predictive against the best fixed "
             "clock. Each cell is one draw: with the arrivals shifted by a fraction of an epoch, "
-            "the adaptive policies' savings move by up to 4 points and the fixed clocks' not at "
-            "all (`python -m scripts.compare_claude --seeds 3 --phases 4`; docs/beyond.md, "
+            "the adaptive policies' savings move by up to 4 points and the fixed clocks' by at "
+            "most 0.1 (`python -m scripts.compare_claude --seeds 3 --phases 4`; docs/beyond.md, "
             "“Issue 14's cells and the epoch phase”).",
             "\n".join(checks),
             "**What it shows.** " + claude_discussion(d),
