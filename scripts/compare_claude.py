@@ -99,6 +99,13 @@ def cell_ok(policy: str, base: Metrics, m: Metrics, fixed: dict[str, Metrics]) -
     return not cell_misses(policy, base, m, fixed)
 
 
+def misses_in(res: dict[Key, Metrics], policy: str, rate: float, cell: Cell) -> str:
+    """:func:`cell_misses` for one run of the results: ``policy`` against no control
+    and the fixed clocks on the same arrivals."""
+    fixed = {f: res[(f, rate, cell)] for f in FIXED}
+    return cell_misses(policy, res[("no-control", rate, cell)], res[(policy, rate, cell)], fixed)
+
+
 def judged(policy: str) -> bool:
     """Is ``policy`` held to a bar (not a baseline)?"""
     return policy != "no-control" and not policy.startswith("fixed:")
@@ -119,10 +126,7 @@ def row(rate: float, policy: str, res: dict[Key, Metrics], seeds: Sequence[Cell]
 
     cells = "–"
     if judged(policy):
-        ok = sum(
-            cell_ok(policy, b, m, {f: res[(f, rate, s)] for f in FIXED})
-            for s, b, m in zip(seeds, bases, runs, strict=True)
-        )
+        ok = sum(not misses_in(res, policy, rate, s) for s in seeds)
         cells = f"{ok} of {n}"
     save = sum(saving(b, m) for b, m in zip(bases, runs, strict=True)) / n
     return (
@@ -163,9 +167,10 @@ def main(argv: list[str] | None = None) -> int:
             with_variant(SimSpec(), p)  # a typo fails here, not in a worker
         except ValueError as exc:
             ap.error(str(exc))
-    seeds: Sequence[Cell] = range(1, args.seeds + 1)
+    seed_range = range(1, args.seeds + 1)
+    seeds: Sequence[Cell] = seed_range
     if args.phases > 1:
-        seeds = [(s, k) for s in range(1, args.seeds + 1) for k in range(args.phases)]
+        seeds = [(s, k) for s in seed_range for k in range(args.phases)]
     keys = [(p, r, s) for r in rates for p in policies for s in seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
         run = functools.partial(_run, (args.instances, args.placement, args.phases))
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.why:
         print_misses(rates, policies, res, seeds)
     if args.phases > 1:
-        print_phase_spread(rates, policies, res, range(1, args.seeds + 1), args.phases)
+        print_phase_spread(rates, policies, res, seed_range, args.phases)
     return 0
 
 
@@ -193,8 +198,7 @@ def print_misses(
     for r in rates:
         for p in filter(judged, policies):
             for s in seeds:
-                fixed = {f: res[(f, r, s)] for f in FIXED}
-                misses = cell_misses(p, res[("no-control", r, s)], res[(p, r, s)], fixed)
+                misses = misses_in(res, p, r, s)
                 if misses:
                     print(f"- {r} {p} {label(s)}: {misses}")
 
@@ -214,11 +218,7 @@ def print_phase_spread(
                 saves = [saving(res[("no-control", r, c)], res[(p, r, c)]) for c in cells]
                 ok = "–"
                 if judged(p):
-                    hits = sum(
-                        cell_ok(p, res[("no-control", r, c)], res[(p, r, c)],
-                                {f: res[(f, r, c)] for f in FIXED})
-                        for c in cells
-                    )  # fmt: skip
+                    hits = sum(not misses_in(res, p, r, c) for c in cells)
                     ok = f"{hits} of {phases}"
                 spread = f"{min(saves):.1f}–{max(saves):.1f}%, {sum(saves) / phases:.1f}%"
                 print(f"| {r} | {p} | {s} | {spread} | {ok} |")
