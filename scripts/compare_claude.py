@@ -33,6 +33,12 @@ one seed's cell can say. Every (seed, phase) run counts as a cell, and a second
 table gives each seed's saving over its phases and in how many it meets the bar:
 
     .venv/bin/python -m scripts.compare_claude --seeds 3 --phases 4 --why   # ~8 min
+
+``--num-levels N`` gives the adaptive policies N clock levels instead of the
+preset's 8 (fixed clocks are not levels); ``--policy fixed:MHZ`` adds a fixed
+clock's row beside the bar's four (listed, not used to judge):
+
+    .venv/bin/python -m scripts.compare_claude --rates 0.004 --policy predictive --num-levels 11
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import functools
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from typing import NamedTuple
 
 from controllers.registry import PLACEMENTS
 from scripts.results_lib.items_claude import (
@@ -55,6 +62,8 @@ from scripts.results_lib.items_claude import (
 from scripts.results_lib.plan import full_plan
 from scripts.results_lib.runs import Metrics, run_metrics
 from scripts.results_lib.variants import with_variant
+from simulator.errors import PresetError
+from simulator.presets import with_num_levels
 from simulator.runner import SimSpec
 
 Cell = int | tuple[int, int]
@@ -62,7 +71,16 @@ Cell = int | tuple[int, int]
 Key = tuple[str, float, Cell]
 
 
-def _run(fleet: tuple[int, str, int], key: Key) -> tuple[Key, Metrics]:
+class Fleet(NamedTuple):
+    """What every run of one comparison shares besides the trace."""
+
+    instances: int
+    placement: str
+    phases: int
+    num_levels: int | None
+
+
+def _run(fleet: Fleet, key: Key) -> tuple[Key, Metrics]:
     policy, rate, cell = key
     seed, phase = cell if isinstance(cell, tuple) else (cell, 0)
     base = policy.partition("[")[0]
@@ -70,9 +88,10 @@ def _run(fleet: tuple[int, str, int], key: Key) -> tuple[Key, Metrics]:
     epoch_s = spec.epoch_s or spec.preset.control.epoch_s
     spec = dataclasses.replace(
         spec,
-        instances=fleet[0],
-        placement=fleet[1],
-        arrival_offset_s=epoch_s * phase / fleet[2],
+        instances=fleet.instances,
+        placement=fleet.placement,
+        arrival_offset_s=epoch_s * phase / fleet.phases,
+        preset=with_num_levels(spec.preset, fleet.num_levels),
     )
     metrics = run_metrics(with_variant(spec, policy))
     metrics.pop("series", None)  # only the summary crosses back
@@ -156,9 +175,18 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="run each seed at N epoch phases (arrivals shifted by k/N of an epoch)",
     )
+    ap.add_argument(
+        "--num-levels",
+        type=int,
+        help="clock levels of the adaptive policies (kairosd run --num-levels; default 8)",
+    )
     args = ap.parse_args(argv)
     if args.phases < 1:
         ap.error("--phases must be >= 1")
+    try:
+        with_num_levels(SimSpec().preset, args.num_levels)
+    except PresetError as exc:
+        ap.error(str(exc))
     rates = [float(r) for r in args.rates.split(",")]
     policies = ["no-control", *FIXED, *(args.policy or ["kairos", "predictive"])]
     policies += [f"kairos[{v}]" for v in args.variant]
@@ -173,7 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [(s, k) for s in seed_range for k in range(args.phases)]
     keys = [(p, r, s) for r in rates for p in policies for s in seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
-        run = functools.partial(_run, (args.instances, args.placement, args.phases))
+        fleet = Fleet(args.instances, args.placement, args.phases, args.num_levels)
+        run = functools.partial(_run, fleet)
         res: dict[Key, Metrics] = dict(pool.map(run, keys))
     print(
         "| rate | policy | saving | J/output token | attainment | sessions done | preemptions"

@@ -32,7 +32,7 @@ from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 from simulator.cluster import DEFAULT_CLIENT_PATIENCE_S, control_levels
 from simulator.errors import SimulatorError
-from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset
+from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset, with_num_levels
 from simulator.runner import SimResult, SimSpec, result_json, run_many, run_sim, write_jsonl
 
 log = structlog.get_logger()
@@ -59,6 +59,7 @@ class SimCliConfig:
     client_patience_s: float = DEFAULT_CLIENT_PATIENCE_S
     arrivals: Path | None = None
     arrival_offset_s: float = 0.0
+    num_levels: int | None = None
     out: Path = Path("sim-out")
     plots: bool = True
     processes: int = 0
@@ -76,7 +77,7 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
         slo_tok_s=cfg.slo,
         seed=cfg.seed,
         placement=cfg.placement,
-        preset=get_preset(cfg.preset),
+        preset=with_num_levels(get_preset(cfg.preset), cfg.num_levels),
         epoch_s=cfg.epoch_s,
         think_cap_s=cfg.think_cap_s,
         client_patience_s=cfg.client_patience_s or None,
@@ -218,6 +219,8 @@ HELP: dict[str, str] = {
     "arrival_offset_s": "shift every arrival by this many seconds (default 0): where the "
     "control epochs fall against the workload; a result that moves with it is the policy's "
     "own chaos",
+    "num_levels": "clock levels the adaptive policies use, evenly spaced over the preset's "
+    "range (default from the preset: 8), as kairosd run --num-levels",
     "out": "directory for JSONL records and PNGs (default sim-out)",
     "plots": "write PNG plots of power, clock and context (default on)",
     "processes": "parallel processes for --compare (default 0: one per CPU)",
@@ -247,6 +250,7 @@ def register(app: typer.Typer) -> None:
         client_patience_s: Annotated[float | None, Opt(help=HELP["client_patience_s"])] = None,
         arrivals: Annotated[Path | None, Opt(help=HELP["arrivals"])] = None,
         arrival_offset_s: Annotated[float | None, Opt(help=HELP["arrival_offset_s"])] = None,
+        num_levels: Annotated[int | None, Opt(help=HELP["num_levels"])] = None,
         out: Annotated[Path | None, Opt(help=HELP["out"])] = None,
         plots: Annotated[bool | None, Opt(help=HELP["plots"])] = None,
         processes: Annotated[int | None, Opt(help=HELP["processes"])] = None,
@@ -276,6 +280,7 @@ def register(app: typer.Typer) -> None:
             "client_patience_s": client_patience_s,
             "arrivals": arrivals,
             "arrival_offset_s": arrival_offset_s,
+            "num_levels": num_levels,
             "out": out,
             "plots": plots,
             "processes": processes,

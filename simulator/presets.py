@@ -152,6 +152,21 @@ def get_preset(name: str = DEFAULT_PRESET) -> Preset:
     return presets[name]
 
 
+def with_num_levels(preset: Preset, num_levels: int | None) -> Preset:
+    """``preset`` with the number of clock levels its adaptive policies use set
+    (``kairosd run --num-levels``); None keeps the preset's. Fixed clocks are not
+    levels and are unaffected."""
+    if num_levels is None:
+        return preset
+    most = len(preset.gpu.supported_clocks_mhz)
+    if not 2 <= num_levels <= most:
+        raise PresetError(
+            f"--num-levels {num_levels}: expected 2 to {most} (preset {preset.name}'s clocks)"
+        )
+    control = dataclasses.replace(preset.control, num_levels=num_levels)
+    return dataclasses.replace(preset, control=control)
+
+
 def scaled(preset: Preset, *, timing: float = 1.0, power: float = 1.0) -> Preset:
     """``preset`` with every timing (power) coefficient multiplied by a factor.
 

@@ -214,6 +214,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "seed": result.spec.seed,
         "arrival_offset_s": result.spec.arrival_offset_s,
         "preset": result.spec.preset.name,
+        "num_levels": result.spec.preset.control.num_levels,
         "arrivals": int(c.get("arrivals", 0)),
         "mean_ongoing_per_instance": c.get("mean_ongoing_per_instance"),
         "mean_usage_tokens_per_instance": c.get("mean_usage_tokens_per_instance"),

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from controllers import PredictiveConfig
-from scripts.compare_claude import cell_ok, label, print_misses, row
+from scripts.compare_claude import cell_ok, label, main, print_misses, row
 from scripts.results_lib.items_claude import FIXED
 from scripts.results_lib.variants import parse_variant, with_variant
 from simulator.errors import WorkloadError
@@ -130,3 +130,13 @@ def test_phases_label_each_run_and_shift_the_arrivals() -> None:
     assert shifted == [t + 2.5 for t in base if t + 2.5 < 600.0]
     with pytest.raises(WorkloadError):
         build_arrivals(dataclasses.replace(spec, arrival_offset_s=float("nan")))
+
+
+def test_num_levels_out_of_range_fails_before_any_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--num-levels`` is checked in the parent: a bad value is a usage error
+    (exit 2) naming the flag, not a traceback from every worker."""
+    for bad in ("1", "100000"):
+        with pytest.raises(SystemExit) as exc:
+            main(["--seeds", "1", "--num-levels", bad])
+        assert exc.value.code == 2
+        assert "--num-levels" in capsys.readouterr().err

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 
 from kairos_cli.main import build_app
 from reporting.metrics import SPEC_JSON_KEYS
+from simulator.cluster import control_levels
+from simulator.presets import get_preset, with_num_levels
 from tests.simulator.conftest import DATA
 
 SPEC_KEYS = SPEC_JSON_KEYS
@@ -59,6 +61,24 @@ def test_single_policy_json_is_an_object(tmp_path: Path) -> None:
     obj = json.loads(res.stdout)
     assert obj["policy"] == "no-control"
     assert obj["arrival_offset_s"] == 0.0  # the run's spec, to reproduce it
+    assert obj["num_levels"] == 8  # the preset's
+
+
+def test_num_levels_sets_the_adaptive_policies_levels(tmp_path: Path) -> None:
+    """``--num-levels 11`` gives ``kairos`` 11 clocks to choose from (885 MHz among
+    them, which the default 8 levels lack); a fixed clock stays where it is."""
+    res = CliRunner().invoke(
+        build_app(),
+        ["sim", "--compare", "kairos,fixed:900", "--num-levels", "11", "--rate", "0.08",
+         "--duration-s", "900", "--out", str(tmp_path), "--no-plots", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    kairos, fixed = json.loads(res.stdout)
+    assert kairos["num_levels"] == 11
+    levels = control_levels(with_num_levels(get_preset(), 11), "kairos").clocks_mhz
+    assert len(levels) == 11 and 885 in levels
+    assert set(map(int, kairos["time_at_clock_s"])) <= set(levels)
+    assert set(fixed["time_at_clock_s"]) == {"900"}
 
 
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
@@ -73,6 +93,8 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
         (["--arrival-offset-s", "-1"], "--arrival-offset-s"),
         (["--arrival-offset-s", "60"], "--arrival-offset-s"),  # not under --duration-s
         (["--arrival-offset-s", "inf"], "--arrival-offset-s"),
+        (["--num-levels", "1"], "--num-levels"),
+        (["--num-levels", "100000"], "--num-levels"),  # more than the preset's clocks
         (["--workload", f"trace:{tmp_path / 'missing.jsonl'}"], "cannot read trace"),
     ):
         res = CliRunner().invoke(
