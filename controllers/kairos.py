@@ -4,7 +4,8 @@ The points the paper leaves open are named fields of :class:`KairosConfig`; see
 ``docs/control-law.md`` for the reasoning. The default departs from the paper in
 the fields the policy ``kairos-paper`` turns off (``activity_aware``,
 ``boost_reachable_only``, ``prefill_boost_tokens``, ``busy_floor_mhz``; points
-6, 7, 9 and 11); the open points themselves:
+6, 7, 9 and 11), and ``busy_ceiling`` (point 12) is an opt-in departure; the open
+points themselves:
 
 * ``new_agent_context_tokens`` (3000): size of an agent with no completed request
   (the first author's placeholder), unless the caller supplies an estimate from
@@ -66,6 +67,13 @@ class KairosConfig:
     busy_floor_context_tokens: int = 65536
     """Mean context per active agent from which the floor applies: about where one
     sequence's KV read per decode step outweighs the step's share of the weights."""
+    busy_ceiling: bool = False
+    """Opt in to running long-context decode at the busy floor's level, not above
+    it (docs/control-law.md, point 12): while the floor applies, no prefill is
+    waiting and nothing presses (nobody held here, ``U < γ·U_max``), Eq. 9's higher
+    levels buy a decode step almost nothing. It saves about 3 points of power on
+    the Claude Code trace and costs attainment where the fleet is overloaded, so it
+    is off by default: Eq. 9 as is."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
@@ -256,6 +264,26 @@ class KairosController:
             return 1
         return self.levels.level_at_least(floor_mhz)
 
+    def busy_ceiling(self, snapshot: InstanceSnapshot, usage: int) -> bool:
+        """May Eq. 9's level over long-context work be held down to the busy floor's?
+
+        Above the memory knee a decode step whose time is mostly its own KV read
+        barely speeds up with the clock (docs/control-law.md, point 12), so Eq. 9's
+        higher levels only buy prefill, which is compute-bound: the ceiling lifts
+        while any ongoing agent has prompt tokens waiting for their first output
+        (``AgentView.prefill_tokens``; the prefill boost takes the long ones to the
+        top). Under pressure the paper's law stands, as in :meth:`working_usage`:
+        agents held here or ``U ≥ γ·U_max`` mean contexts must drain. Eq. 8's top
+        clock and the boosts are never capped (the caller checks the level).
+        """
+        cfg = self.config
+        return (
+            cfg.busy_ceiling
+            and not snapshot.pending
+            and usage < cfg.gamma * snapshot.capacity_tokens
+            and not any(a.prefill_tokens > 0 for a in snapshot.ongoing)
+        )
+
     def prefill_boost(self, snapshot: InstanceSnapshot) -> bool:
         """Is enough compute-bound prefill queued to run it at the top clock?
 
@@ -281,6 +309,8 @@ class KairosController:
         floor = self.busy_floor(snapshot)
         if level < floor:
             level, reason = floor, "busy-floor"
+        elif 1 < floor < level < self.levels.count and self.busy_ceiling(snapshot, usage):
+            level, reason = floor, "busy-ceiling"
         if level < self.levels.count and self.prefill_boost(snapshot):
             level, reason = self.levels.count, "prefill"
         min_tput = self.min_throughput(snapshot)

@@ -39,6 +39,10 @@ class DaemonMetrics:
         self.busy_floor_epochs = counter(
             "kairosd_busy_floor_epochs", "Epochs lifted to the memory knee for long-context work"
         )
+        self.busy_ceiling_epochs = counter(
+            "kairosd_busy_ceiling_epochs",
+            "Epochs held at the memory knee for long-context decode (Eq. 9 asked for more)",
+        )
         self.admissions = counter("kairosd_admissions", "Agents admitted by the router on our word")
         self.deferred = gauge("kairosd_deferred", "1 while new admissions are deferred")
         self.failsafe = gauge("kairosd_failsafe", "1 while inputs are stale (max clock)")
@@ -97,6 +101,8 @@ class DaemonMetrics:
             self.prefill_epochs.labels(i).inc()
         if "busy-floor" in rec.reason:
             self.busy_floor_epochs.labels(i).inc()
+        if "busy-ceiling" in rec.reason:
+            self.busy_ceiling_epochs.labels(i).inc()
         self.admissions.labels(i).inc(rec.admitted)
         self.epochs.labels(i).inc()
 

@@ -1,7 +1,7 @@
 """The daemon's end of the router's work signals: ``prefill_tokens`` on the wire lift
 the clock to the top level for the epoch (control-law point 9), a long context in
-flight to the memory knee (point 11), and the metrics count both (epoch records are
-written when the epoch closes)."""
+flight to the memory knee (point 11) and, opted in, holds its decode there (point
+12), and the metrics count them (epoch records are written when the epoch closes)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import dataclasses
 
 import aiohttp
 
+from controllers import KairosConfig
 from kairos_common.testing import ManualClock
 from kairosd.testing import FakeRouter, ScriptedVllm
 from tests.kairosd.conftest import CLOCKS, agent, make_daemon
@@ -53,3 +54,27 @@ async def test_long_context_work_from_the_router_lifts_the_clock_to_the_knee(
     await daemon.run_epoch()  # the record of the busy epoch is written when it closes
     text = daemon.metrics.render().decode()
     assert 'kairosd_busy_floor_epochs_total{instance="gpu0"} 1.0' in text
+
+
+async def test_long_context_decode_from_the_router_is_held_at_the_knee(
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """Point 12 end to end (``kairos.busy_ceiling = true``): Eq. 9 asks 1200 MHz for
+    a 100K-token agent decoding on a 200K-token cache; the daemon locks the knee's
+    level (1000 MHz) until the router reports prompt tokens waiting, then Eq. 9's
+    level for that epoch."""
+    vllm.vllm.capacity_tokens = 200_000
+    daemon = await make_daemon(vllm, router, session, clock, kairos=KairosConfig(busy_ceiling=True))
+    decoding = dataclasses.replace(agent("a", 100_000), in_flight=True)
+    router.ongoing = [decoding]
+    held = await daemon.run_epoch()
+    assert held.clock_mhz == 1000 and held.reason == "busy-ceiling"
+    assert vllm.gpus[0].locked_mhz == 1000
+    router.ongoing = [dataclasses.replace(decoding, prefill_tokens=4_000)]
+    clock.advance(5.0)
+    prefill = await daemon.run_epoch()
+    assert prefill.clock_mhz == 1200 and prefill.reason == "context"
+    clock.advance(5.0)
+    await daemon.run_epoch()
+    text = daemon.metrics.render().decode()
+    assert 'kairosd_busy_ceiling_epochs_total{instance="gpu0"} 1.0' in text
