@@ -99,8 +99,6 @@ def build_arrivals(spec: SimSpec) -> list[float]:
         arrivals = replay_arrivals(spec.arrivals_file, spec.duration_s)
     else:
         arrivals = poisson_arrivals(spec.rate_per_s, spec.duration_s, spec.seed)
-    if offset == 0.0:
-        return arrivals
     return [t + offset for t in arrivals if t + offset < spec.duration_s]
 
 
