@@ -20,10 +20,12 @@ qualifying fixed clock minus 1 point" for the others.
 ``true``/``false``), to measure one point of docs/control-law.md against the default.
 ``--policy 'NAME[FIELD=VALUE,...]'`` does the same for any policy; for
 ``predictive`` a field of :class:`~controllers.predictive.PredictiveConfig` changes
-that config (as ``kairosd``'s ``[predictive]`` section would), any other field
-the KAIROS config it builds on:
+that config (as ``kairosd``'s ``[predictive]`` section would), ``perf.FIELD`` its
+online model's :class:`~controllers.perf_model.PerfModelConfig` (``[predictive.perf]``),
+any other field the KAIROS config it builds on:
 
     .venv/bin/python -m scripts.compare_claude --policy 'predictive[max_elasticity=0.8]'
+    .venv/bin/python -m scripts.compare_claude --policy 'predictive[perf.warmup=20]'
 
 ``--phases N`` runs every seed N times, its arrivals shifted by k/N of a control
 epoch (``SimSpec.arrival_offset_s``): the same sessions, the epochs falling

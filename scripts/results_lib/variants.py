@@ -11,6 +11,7 @@ import dataclasses
 from typing import Any
 
 from controllers import KairosConfig, PredictiveConfig
+from controllers.perf_model import PerfModelConfig
 from controllers.registry import kairos_config_for
 from simulator.runner import SimSpec
 
@@ -36,24 +37,29 @@ def parse_variant(text: str) -> dict[str, Any]:
 def with_variant(spec: SimSpec, policy: str) -> SimSpec:
     """``spec`` with ``policy``'s bracketed FIELD=VALUE changes applied.
 
-    Each field goes to the config that has it: :class:`PredictiveConfig` for
-    ``predictive``, else :class:`KairosConfig`. An unknown field is a
+    Each field goes to the config that has it: for ``predictive``, its
+    :class:`PredictiveConfig`, or its online model's
+    :class:`~controllers.perf_model.PerfModelConfig` as ``perf.FIELD``
+    (``perf.warmup=20``); else :class:`KairosConfig`. An unknown field is a
     ``ValueError`` naming it (checked in the parent, before any worker runs).
     """
     base, _, variant = policy.partition("[")
     if not variant:
         return spec
     changes = parse_variant(variant.rstrip("]"))
-    own = {f.name for f in dataclasses.fields(PredictiveConfig)} if base == "predictive" else set()
+    predictive = base == "predictive"
+    own = {f.name for f in dataclasses.fields(PredictiveConfig)} if predictive else set()
+    perf_fields = {f"perf.{f.name}" for f in dataclasses.fields(PerfModelConfig)}
     mine = {k: v for k, v in changes.items() if k in own}
-    rest = {k: v for k, v in changes.items() if k not in own}
+    perf = {k[5:]: v for k, v in changes.items() if predictive and k in perf_fields}
+    rest = {k: v for k, v in changes.items() if k not in own and k[5:] not in perf}
     unknown = sorted(set(rest) - {f.name for f in dataclasses.fields(KairosConfig)})
     if unknown:
         raise ValueError(f"{policy}: no such field {', '.join(unknown)}")
-    if mine:
-        spec = dataclasses.replace(
-            spec, predictive=dataclasses.replace(spec.predictive or PredictiveConfig(), **mine)
-        )
+    if mine or perf:
+        config = dataclasses.replace(spec.predictive or PredictiveConfig(), **mine)
+        config = dataclasses.replace(config, perf=dataclasses.replace(config.perf, **perf))
+        spec = dataclasses.replace(spec, predictive=config)
     if rest:
         spec = dataclasses.replace(
             spec, kairos=dataclasses.replace(spec.kairos or kairos_config_for(base), **rest)

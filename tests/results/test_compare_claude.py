@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from controllers import PredictiveConfig
+from controllers.perf_model import PerfModelConfig
 from scripts.compare_claude import cell_ok, label, main, print_misses, row
 from scripts.results_lib.items_claude import FIXED
 from scripts.results_lib.variants import parse_variant, with_variant
@@ -112,6 +113,17 @@ def test_variant_fields_go_to_the_config_that_has_them() -> None:
 def test_a_field_the_policy_does_not_have_is_named() -> None:
     with pytest.raises(ValueError, match="max_elasticity"):
         with_variant(SimSpec(), "kairos[max_elasticity=0.8]")
+    with pytest.raises(ValueError, match=r"perf\.warmup"):
+        with_variant(SimSpec(), "kairos[perf.warmup=20]")
+    with pytest.raises(ValueError, match=r"perf\.no_such"):
+        with_variant(SimSpec(), "predictive[perf.no_such=1]")
+
+
+def test_perf_fields_change_the_predictive_model_config() -> None:
+    """``perf.FIELD`` reaches the online model's config (kairosd's ``predictive.perf.FIELD``)."""
+    spec = with_variant(SimSpec(), "predictive[perf.warmup=20,margin=0.2]")
+    assert spec.predictive == PredictiveConfig(margin=0.2, perf=PerfModelConfig(warmup=20))
+    assert spec.kairos is None
 
 
 def test_a_predictive_variant_reaches_the_cluster_the_simulator_builds() -> None:
