@@ -22,6 +22,10 @@ fi
 # plus pip's unpacked wheels. Too little is a stated skip (the marker below, which
 # the tier reads), never a pip "No space left on device" halfway through.
 NEED_MB="${KAIROS_REALVLLM_MIN_FREE_MB:-5500}"
+if ! [[ "$NEED_MB" =~ ^[0-9]+$ ]]; then
+  echo "realvllm: KAIROS_REALVLLM_MIN_FREE_MB must be a whole number of MB, got '$NEED_MB'" >&2
+  exit 2
+fi
 UNAVAILABLE="$CACHE/realvllm-unavailable"
 mkdir -p "$CACHE"
 rm -f "$UNAVAILABLE"

