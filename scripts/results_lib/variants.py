@@ -49,10 +49,11 @@ def with_variant(spec: SimSpec, policy: str) -> SimSpec:
     changes = parse_variant(variant.rstrip("]"))
     predictive = base == "predictive"
     own = {f.name for f in dataclasses.fields(PredictiveConfig)} if predictive else set()
-    perf_fields = {f"perf.{f.name}" for f in dataclasses.fields(PerfModelConfig)}
-    mine = {k: v for k, v in changes.items() if k in own}
-    perf = {k[5:]: v for k, v in changes.items() if predictive and k in perf_fields}
-    rest = {k: v for k, v in changes.items() if k not in own and k[5:] not in perf}
+    if predictive:
+        own |= {f"perf.{f.name}" for f in dataclasses.fields(PerfModelConfig)}
+    mine = {k: v for k, v in changes.items() if k in own and not k.startswith("perf.")}
+    perf = {k.removeprefix("perf."): v for k, v in changes.items() if k in own and k not in mine}
+    rest = {k: v for k, v in changes.items() if k not in own}
     unknown = sorted(set(rest) - {f.name for f in dataclasses.fields(KairosConfig)})
     if unknown:
         raise ValueError(f"{policy}: no such field {', '.join(unknown)}")
