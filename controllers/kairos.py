@@ -223,17 +223,22 @@ class KairosController:
         in tool calls or think gaps runs slow. A measured
         ``usage_tokens`` from vLLM carries no per-agent activity and is used as is.
         """
-        cfg = self.config
         usage = self.usage(snapshot)
         if (
-            not cfg.activity_aware
+            not self.config.activity_aware
             or snapshot.usage_tokens is not None
-            or snapshot.pending
-            or usage >= cfg.gamma * snapshot.capacity_tokens
+            or self.under_pressure(snapshot, usage)
         ):
             return usage
         now = snapshot.now_s
         return sum(self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now))
+
+    def under_pressure(self, snapshot: InstanceSnapshot, usage: int) -> bool:
+        """Must contexts drain here? Agents are held here (with fleet admission that
+        means no instance has room) or ``U ≥ γ·U_max`` (the instance has stopped
+        admitting). Then the paper's law stands: every context counts towards
+        Eq. 9 (point 6) and the long-context ceiling lifts (point 12)."""
+        return bool(snapshot.pending) or usage >= self.config.gamma * snapshot.capacity_tokens
 
     def long_context_work(self, snapshot: InstanceSnapshot) -> bool:
         """Do the active agents (:meth:`is_active`) average at least
@@ -272,15 +277,13 @@ class KairosController:
         higher levels only buy prefill, which is compute-bound: the ceiling lifts
         while any ongoing agent has prompt tokens waiting for their first output
         (``AgentView.prefill_tokens``; the prefill boost takes the long ones to the
-        top). Under pressure the paper's law stands, as in :meth:`working_usage`:
-        agents held here or ``U ≥ γ·U_max`` mean contexts must drain. Eq. 8's top
+        top). Under pressure (:meth:`under_pressure`) the paper's law stands, as in
+        :meth:`working_usage`. Eq. 8's top
         clock and the boosts are never capped (the caller checks the level).
         """
-        cfg = self.config
         return (
-            cfg.busy_ceiling
-            and not snapshot.pending
-            and usage < cfg.gamma * snapshot.capacity_tokens
+            self.config.busy_ceiling
+            and not self.under_pressure(snapshot, usage)
             and not any(a.prefill_tokens > 0 for a in snapshot.ongoing)
         )
 
