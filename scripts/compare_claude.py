@@ -82,8 +82,12 @@ class Fleet(NamedTuple):
     num_levels: int | None
 
 
-def _run(fleet: Fleet, key: Key) -> tuple[Key, Metrics]:
-    policy, rate, cell = key
+DEFAULT_FLEET = Fleet(INSTANCES, "consolidating", 1, None)
+"""Issue 14's own fleet: 4 instances, consolidating placement, one phase, 8 levels."""
+
+
+def cell_spec(fleet: Fleet, policy: str, rate: float, cell: Cell) -> SimSpec:
+    """The spec of one run: ``policy`` (variant included) in one (rate, cell)."""
     seed, phase = cell if isinstance(cell, tuple) else (cell, 0)
     base = policy.partition("[")[0]
     spec = claude_spec(full_plan((base,)), base, rate, seed)
@@ -95,7 +99,11 @@ def _run(fleet: Fleet, key: Key) -> tuple[Key, Metrics]:
         arrival_offset_s=epoch_s * phase / fleet.phases,
         preset=with_num_levels(spec.preset, fleet.num_levels),
     )
-    metrics = run_metrics(with_variant(spec, policy))
+    return with_variant(spec, policy)
+
+
+def _run(fleet: Fleet, key: Key) -> tuple[Key, Metrics]:
+    metrics = run_metrics(cell_spec(fleet, *key))
     metrics.pop("series", None)  # only the summary crosses back
     return key, metrics
 
@@ -167,8 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--variant", action="append", default=[], help="kairos with FIELD=VALUE[,...] changed"
     )
-    ap.add_argument("--instances", type=int, default=INSTANCES)
-    ap.add_argument("--placement", default="consolidating", choices=sorted(PLACEMENTS))
+    ap.add_argument("--instances", type=int, default=DEFAULT_FLEET.instances)
+    ap.add_argument("--placement", default=DEFAULT_FLEET.placement, choices=sorted(PLACEMENTS))
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--why", action="store_true", help="list each cell that misses its bar")
     ap.add_argument(

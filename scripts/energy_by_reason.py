@@ -22,8 +22,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 
-from scripts.results_lib.items_claude import claude_spec
-from scripts.results_lib.plan import full_plan
+from scripts.compare_claude import DEFAULT_FLEET, cell_spec
 from scripts.results_lib.variants import with_variant
 from simulator.runner import SimSpec, run_sim
 
@@ -45,8 +44,7 @@ def row_of(reason: str, clock_mhz: int | None, low_mhz: int) -> str:
 
 def spent(policy: str, rate: float, seed: int, low_mhz: int) -> Spent:
     """Run one cell and sum its epochs' energy above idle and tokens per row."""
-    base = policy.partition("[")[0]
-    spec = with_variant(claude_spec(full_plan((base,)), base, rate, seed), policy)
+    spec = cell_spec(DEFAULT_FLEET, policy, rate, seed)
     idle_w = spec.preset.power.idle_w
     energy: Counter[str] = Counter()
     tokens: Counter[str] = Counter()
