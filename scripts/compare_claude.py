@@ -51,6 +51,7 @@ import functools
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import NamedTuple
 
 from controllers.registry import PLACEMENTS
@@ -64,9 +65,10 @@ from scripts.results_lib.items_claude import (
 from scripts.results_lib.plan import full_plan
 from scripts.results_lib.runs import Metrics, run_metrics
 from scripts.results_lib.variants import with_variant
-from simulator.errors import PresetError
+from simulator.errors import PresetError, WorkloadError
 from simulator.presets import with_num_levels
 from simulator.runner import SimSpec
+from simulator.workload_trace import load_trace
 
 Cell = int | tuple[int, int]
 """A seed, or ``(seed, phase)`` with ``--phases``: one run of every policy."""
@@ -74,16 +76,19 @@ Key = tuple[str, float, Cell]
 
 
 class Fleet(NamedTuple):
-    """What every run of one comparison shares besides the trace."""
+    """What every run of one comparison shares besides policy, rate and cell."""
 
     instances: int
     placement: str
     phases: int
     num_levels: int | None
+    trace: Path | None = None
+    """Sessions to replay (``scripts.split_trace`` folds); None: the dev trace."""
 
 
 DEFAULT_FLEET = Fleet(INSTANCES, "consolidating", 1, None)
-"""Issue 14's own fleet: 4 instances, consolidating placement, one phase, 8 levels."""
+"""Issue 14's own fleet: 4 instances, consolidating placement, one phase, 8 levels,
+the dev trace."""
 
 
 def cell_spec(fleet: Fleet, policy: str, rate: float, cell: Cell) -> SimSpec:
@@ -99,6 +104,8 @@ def cell_spec(fleet: Fleet, policy: str, rate: float, cell: Cell) -> SimSpec:
         arrival_offset_s=epoch_s * phase / fleet.phases,
         preset=with_num_levels(spec.preset, fleet.num_levels),
     )
+    if fleet.trace is not None:
+        spec = dataclasses.replace(spec, workload=f"trace:{fleet.trace}")
     return with_variant(spec, policy)
 
 
@@ -177,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--instances", type=int, default=DEFAULT_FLEET.instances)
     ap.add_argument("--placement", default=DEFAULT_FLEET.placement, choices=sorted(PLACEMENTS))
+    ap.add_argument(
+        "--trace",
+        type=Path,
+        help="replay these sessions instead of the dev trace (e.g. a split_trace fold)",
+    )
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--why", action="store_true", help="list each cell that misses its bar")
     ap.add_argument(
@@ -197,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         with_num_levels(SimSpec().preset, args.num_levels)
     except PresetError as exc:
         ap.error(str(exc))
+    if args.trace is not None:
+        try:
+            load_trace(args.trace)  # a bad file fails here, not in every worker
+        except WorkloadError as exc:
+            ap.error(f"--trace: {exc}")
     rates = [float(r) for r in args.rates.split(",")]
     policies = ["no-control", *FIXED, *(args.policy or ["kairos", "predictive"])]
     policies += [f"kairos[{v}]" for v in args.variant]
@@ -211,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [(s, k) for s in seed_range for k in range(args.phases)]
     keys = [(p, r, s) for r in rates for p in policies for s in seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
-        fleet = Fleet(args.instances, args.placement, args.phases, args.num_levels)
+        fleet = Fleet(args.instances, args.placement, args.phases, args.num_levels, args.trace)
         run = functools.partial(_run, fleet)
         res: dict[Key, Metrics] = dict(pool.map(run, keys))
     print(

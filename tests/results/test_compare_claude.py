@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from controllers import PredictiveConfig
 from controllers.perf_model import PerfModelConfig
-from scripts.compare_claude import cell_ok, label, main, print_misses, row
+from scripts.compare_claude import DEFAULT_FLEET, cell_ok, cell_spec, label, main, print_misses, row
 from scripts.results_lib.items_claude import FIXED
 from scripts.results_lib.variants import parse_variant, with_variant
 from simulator.errors import WorkloadError
@@ -152,3 +153,25 @@ def test_num_levels_out_of_range_fails_before_any_run(capsys: pytest.CaptureFixt
             main(["--seeds", "1", "--num-levels", bad])
         assert exc.value.code == 2
         assert "--num-levels" in capsys.readouterr().err
+
+
+def test_trace_replaces_the_dev_trace_in_every_run(tmp_path: Path) -> None:
+    """``--trace``: the same comparison on other sessions (a split_trace fold)."""
+    fold = tmp_path / "fold.jsonl"
+    spec = cell_spec(DEFAULT_FLEET._replace(trace=fold), "predictive[margin=0.3]", 0.004, 2)
+    assert spec.workload == f"trace:{fold}"
+    assert spec.predictive == PredictiveConfig(margin=0.3)
+    dev = cell_spec(DEFAULT_FLEET, "predictive[margin=0.3]", 0.004, 2)
+    assert dataclasses.replace(spec, workload=dev.workload) == dev
+
+
+def test_an_unreadable_trace_fails_before_any_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json\n", encoding="utf-8")
+    for trace in (bad, tmp_path / "missing.jsonl"):
+        with pytest.raises(SystemExit) as exc:
+            main(["--seeds", "1", "--trace", str(trace)])
+        assert exc.value.code == 2
+        assert "--trace" in capsys.readouterr().err
