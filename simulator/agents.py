@@ -131,6 +131,17 @@ class SimAgent:
         self.max_context_tokens = max(self.max_context_tokens, self.context_tokens)
         self.next_turn += 1
 
+    def throughput_so_far(self, end_s: float) -> float | None:
+        """Eq. 3 of a session the run ended before it finished: its output over
+        its LLM time so far, the request it is waiting on (held or in flight)
+        counted up to ``end_s``. A session held since it arrived scores 0, as one
+        that gave up does; None when no time has passed (nothing to judge).
+        """
+        time_s = self.llm_time_s
+        if self.in_flight or self.held:
+            time_s += max(0.0, end_s - self.release_s)
+        return self.decode_tokens / time_s if time_s > 0.0 else None
+
     @property
     def done(self) -> bool:
         return self.next_turn >= len(self.program.turns)

@@ -30,7 +30,6 @@ from typing import Any
 from controllers import (
     ConfidentReassignment,
     ControlDecision,
-    Controller,
     FleetBudget,
     FleetBudgetConfig,
     FrequencyLevels,
@@ -42,7 +41,6 @@ from controllers import (
     PredictiveConfig,
     ReassignmentConfig,
     ReassignmentRule,
-    RequestObservation,
     kairos_config_for,
     levels_for,
     make_controller,
@@ -64,6 +62,7 @@ from simulator.agents import SimAgent
 from simulator.engine import Engine
 from simulator.engine_types import EngineEvent, EngineRequest, RequestFinished, RequestRejected
 from simulator.gpu import SimulatedGpu
+from simulator.instance import SimInstance
 from simulator.power import PowerModel
 from simulator.presets import Preset
 from simulator.timing import TimingModel
@@ -116,76 +115,6 @@ def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
     )
 
 
-class _Instance:
-    __slots__ = (
-        "_load",
-        "controller",
-        "decision",
-        "energy_mark_j",
-        "engine",
-        "epoch",
-        "gen_mark",
-        "gpu",
-        "index",
-        "name",
-        "observations",
-        "ongoing",
-        "pending",
-        "pre_mark",
-        "usage",
-    )
-
-    def __init__(self, index: int, engine: Engine, gpu: SimulatedGpu, ctrl: Controller) -> None:
-        self.index = index
-        self.name = f"sim{index}"
-        self.engine = engine
-        self.gpu = gpu
-        self.controller = ctrl
-        self.ongoing: dict[str, SimAgent] = {}
-        self.pending: list[SimAgent] = []
-        self.observations: list[RequestObservation] = []
-        self.decision: ControlDecision | None = None
-        self.epoch = 0
-        self.energy_mark_j = 0.0
-        self.gen_mark = 0
-        self.pre_mark = 0
-        self.usage = 0
-        """Σ ``C_a`` of ``ongoing``, kept up to date by :meth:`join`, :meth:`leave` and
-        :meth:`completed` (summing it afresh at every request was a hot spot)."""
-        self._load: InstanceLoad | None = None
-
-    def usage_tokens(self) -> int:
-        return self.usage
-
-    def load(self, capacity_tokens: int) -> InstanceLoad:
-        """The router's view ``U_i``; rebuilt only after :meth:`join`, :meth:`leave`
-        or :meth:`completed` changed it (it is read at every request)."""
-        if self._load is None:
-            self._load = InstanceLoad(
-                self.name, self.index, self.usage, capacity_tokens, bool(self.ongoing)
-            )
-        return self._load
-
-    def join(self, agent: SimAgent) -> None:
-        self.ongoing[agent.agent_id] = agent
-        self.usage += agent.usage_tokens()
-        self._load = None
-
-    def leave(self, agent_id: str) -> None:
-        agent = self.ongoing.pop(agent_id, None)
-        if agent is not None:
-            self.usage -= agent.usage_tokens()
-            self._load = None
-
-    def completed(self, agent: SimAgent, t: float, prompt_tokens: int, output_tokens: int) -> None:
-        """``agent`` (ongoing here) finished a request: its ``C_a`` changes."""
-        before = agent.usage_tokens()
-        agent.complete(t, prompt_tokens, output_tokens)
-        if agent.agent_id in self.ongoing:
-            self.usage += agent.usage_tokens() - before
-            self._load = None
-
-
 class Cluster:
     """Runs one policy over one arrival sequence; collect results with :meth:`run`."""
 
@@ -205,7 +134,7 @@ class Cluster:
         self.progress = progress
         self.epoch_s = config.epoch_s or preset.control.epoch_s
         timing, power = TimingModel(preset.timing), PowerModel(preset.power)
-        self.instances: list[_Instance] = []
+        self.instances: list[SimInstance] = []
         for i in range(config.instances):
             gpu = SimulatedGpu(preset.gpu, index=i)
             ctrl = make_controller(
@@ -215,7 +144,7 @@ class Cluster:
                 config.predictive,
             )
             engine = Engine(preset.engine, timing, power, gpu, fast_forward=config.fast_forward)
-            self.instances.append(_Instance(i, engine, gpu, ctrl))
+            self.instances.append(SimInstance(i, engine, gpu, ctrl))
         self.policy_name = self.instances[0].controller.name if self.instances else config.policy
         self.names = [inst.name for inst in self.instances]
         self.placement = make_placement_policy(config.placement, config.theta_cons)
@@ -256,7 +185,7 @@ class Cluster:
         while True:
             t_heap = heap[0][0] if heap else inf
             t_eng = inf
-            which: tuple[_Instance, Engine] | None = None
+            which: tuple[SimInstance, Engine] | None = None
             for pair in engines:
                 t_next = pair[1].next_event_time()
                 if t_next is not None and t_next < t_eng:
@@ -294,6 +223,13 @@ class Cluster:
                 held_s += agent.pending_s + max(0.0, end_s - agent.waiting_since_s)
         return count, held_s
 
+    def unfinished_throughputs(self, end_s: float) -> list[float]:
+        """Eq. 3 so far of every session still running or held at ``end_s``
+        (:meth:`SimAgent.throughput_so_far`), for an attainment over every
+        session that arrived, not only those that finished."""
+        agents = [a for inst in self.instances for a in inst.unfinished_agents()]
+        return [t for a in agents if (t := a.throughput_so_far(end_s)) is not None]
+
     def _fill_energy(self) -> None:
         for inst in self.instances:
             self.energy.flush(inst.name)
@@ -303,7 +239,7 @@ class Cluster:
     def _push(self, t: float, kind: int, payload: Any) -> None:
         heapq.heappush(self._heap, (t, next(self._seq), kind, payload))
 
-    def _deliver(self, inst: _Instance, events: list[EngineEvent]) -> None:
+    def _deliver(self, inst: SimInstance, events: list[EngineEvent]) -> None:
         for ev in events:
             if type(ev) is RequestFinished or type(ev) is RequestRejected:
                 heapq.heappush(self._heap, (ev.t_s, next(self._seq), _ENGINE, (inst.index, ev)))
@@ -373,7 +309,7 @@ class Cluster:
             self._admit(target, agent, t)
         self._placements += len(moves)
 
-    def _overflow_target(self, inst: _Instance, agent: SimAgent) -> str | None:
+    def _overflow_target(self, inst: SimInstance, agent: SimAgent) -> str | None:
         """The router's overflow relief (:func:`controllers.admission.overflow_target`)."""
         rule = self.config.reassignment
         if not (rule.enabled and rule.relieve_overflow):
@@ -392,7 +328,7 @@ class Cluster:
             self.admission_rule,
         )
 
-    def _admit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
+    def _admit(self, inst: SimInstance, agent: SimAgent, t: float) -> None:
         agent.admitted = True
         agent.pending_s += t - agent.waiting_since_s
         inst.join(agent)
@@ -401,7 +337,7 @@ class Cluster:
             self._submit(inst, agent, t)
 
     # ----------------------------------------------------------------- turns
-    def _submit(self, inst: _Instance, agent: SimAgent, t: float) -> None:
+    def _submit(self, inst: SimInstance, agent: SimAgent, t: float) -> None:
         turn = agent.turn
         rid = f"{agent.agent_id}/{agent.next_turn}/{next(self._req_ids)}"
         agent.in_flight = True
@@ -462,7 +398,7 @@ class Cluster:
             self._rehome_held(t)
             return
         assert isinstance(ev, RequestFinished)
-        inst.observations.append(self._observation(inst, ev))
+        inst.observations.append(inst.observation(ev))
         inst.completed(agent, t, ev.prompt_tokens, ev.output_tokens)
         self.energy.record(
             inst.name, agent.agent_id, ev.prompt_tokens, ev.cached_tokens, ev.output_tokens,
@@ -477,30 +413,13 @@ class Cluster:
             self._push(t + agent.turn.think_s, _RELEASE, agent)
         self._rehome_held(t)  # usage changed: as the router does after every completion
 
-    @staticmethod
-    def _observation(inst: _Instance, ev: RequestFinished) -> RequestObservation:
-        """What the router and vLLM expose about a finished request (no coefficients)."""
-        decode_s = ev.t_s - ev.first_token_s
-        per_token = decode_s / (ev.output_tokens - 1) if ev.output_tokens > 1 else 0.0
-        return RequestObservation(
-            t_s=ev.t_s,
-            prompt_tokens=ev.prompt_tokens,
-            cached_tokens=ev.cached_tokens,
-            completion_tokens=ev.output_tokens,
-            ttft_s=max(ev.first_token_s - ev.arrival_s, 0.0),
-            decode_s_per_token=per_token,
-            running=len(inst.engine.running) + 1,
-            active_context_tokens=inst.usage_tokens(),
-            clock_mhz=inst.gpu.clock_at(ev.t_s),
-        )
-
     def _record(self, agent: SimAgent, t: float, reason: str) -> AgentRecord:
         slo = self.config.kairos.slo_tok_s
         return agent.record(t, slo, self.config.run, self.names, reason)
 
     # ---------------------------------------------------------------- epochs
     def _snapshot(
-        self, inst: _Instance, t: float, pending: tuple[SimAgent, ...] | None = None
+        self, inst: SimInstance, t: float, pending: tuple[SimAgent, ...] | None = None
     ) -> InstanceSnapshot:
         held = tuple(inst.pending) if pending is None else pending
         first = inst.engine.awaiting_first_token()
@@ -580,7 +499,7 @@ class Cluster:
         outcome = fleet.allocate(views)
         return [outcome.decisions[inst.name] for inst in self.instances]
 
-    def _close_epoch(self, inst: _Instance, t: float) -> None:
+    def _close_epoch(self, inst: SimInstance, t: float) -> None:
         d = inst.decision
         assert d is not None
         energy = inst.engine.energy_j_at(t)

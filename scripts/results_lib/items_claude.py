@@ -116,7 +116,8 @@ def _check_line(c: dict[str, Any]) -> str:
 
 def claude_render(d: Data, out: Path, quick: bool) -> str:
     headers = ["rate", "policy", "power (W)", "saving", "J/output token", "P5 (tok/s)",
-               "attainment", "sessions done", "preempt.", "mean pending (s)",
+               "attainment", "attainment, all sessions", "sessions done", "preempt.",
+               "mean pending (s)",
                "pending, all sessions (s)", "unfinished", "gave up"]  # fmt: skip
     body = [
         [
@@ -127,6 +128,7 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             fmt(r["energy_per_output_token_j"], 2),
             fmt(r["p5_agent_throughput_tok_s"], 1),
             fmt(r["slo_attainment"], 3),
+            fmt(r.get("slo_attainment_all"), 3),
             fmt(scaled_stat(r["completed_agents"], 1.0), 1),
             fmt(r["preemptions"]),
             fmt(r["mean_pending_s"], 0),
@@ -156,7 +158,11 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             "1800 s fails (`gave up` counts them; they are not sessions done and count as SLO "
             'misses; docs/simulator.md, "Client patience"). It cannot show a session still '
             "held when the window ends: `pending, all sessions` adds the sessions still running "
-            "or held at the end, with the time they were held, and `unfinished` counts them.",
+            "or held at the end, with the time they were held, and `unfinished` counts them. "
+            "Likewise `attainment` (Eq. 4, as the bar reads it) judges the finished sessions "
+            "and those that gave up; `attainment, all sessions` also judges the unfinished ones "
+            "by their Eq. 3 so far, so a policy that leaves slow sessions running at the end "
+            'gains nothing from it (docs/simulator.md, "Attainment over every session").',
             "Per cell: the default policy against issue 14's bar (≥ 0.98× no control's sessions "
             "done, attainment within 2 points or 1.5 sessions, J/output token ≤ no control's, "
             "≥ 10% power saved, mean pending ≤ 30 s), and predictive against the best fixed "

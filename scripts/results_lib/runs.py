@@ -30,6 +30,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "energy_per_job_j",
     "p5_agent_throughput_tok_s",
     "slo_attainment",
+    "slo_attainment_all",
     "job_throughput_per_s",
     "completed_agents",
     "mean_turn_latency_s",

@@ -22,6 +22,7 @@ def _m(power_w: float, done: int = 50, attainment: float = 0.95, **kw: Any) -> d
         "avg_power_w": power_w,
         "completed_agents": done,
         "slo_attainment": attainment,
+        "slo_attainment_all": kw.get("attainment_all", attainment),
         "energy_per_output_token_j": kw.get("j", 5.0),
         "mean_pending_s": kw.get("pending", 0.0),
         "preemptions": kw.get("preemptions", 0),
@@ -59,7 +60,14 @@ def test_row_sums_counts_and_averages_the_rest() -> None:
         ("no-control", 0.004, 2): BASE,
         ("kairos", 0.004, 1): _m(440.0, done=50, preemptions=2),
         ("kairos", 0.004, 2): _m(
-            460.0, done=49, preemptions=1, pending=10.0, pending_all=30.0, unfinished=2, gave_up=1
+            460.0,
+            done=49,
+            preemptions=1,
+            pending=10.0,
+            pending_all=30.0,
+            unfinished=2,
+            gave_up=1,
+            attainment_all=0.85,
         ),
         **{(f, 0.004, s): _m(450.0) for f in FIXED for s in (1, 2)},
     }
@@ -67,9 +75,10 @@ def test_row_sums_counts_and_averages_the_rest() -> None:
     cells = [c.strip() for c in text.strip("|").split("|")]
     assert cells[:2] == ["0.004", "kairos"]
     assert cells[2] == "10.0%"  # (12 % + 8 %) / 2
-    assert cells[5:8] == ["99", "3", "5"]  # sessions and preemptions summed, pending averaged
-    assert cells[8:10] == ["15", "2"]  # pending over every session averaged, unfinished summed
-    assert cells[10:] == ["1", "1 of 2"]  # sessions that gave up summed
+    assert cells[4:6] == ["0.950", "0.900"]  # attainment of the finished, and of all sessions
+    assert cells[6:9] == ["99", "3", "5"]  # sessions and preemptions summed, pending averaged
+    assert cells[9:11] == ["15", "2"]  # pending over every session averaged, unfinished summed
+    assert cells[11:] == ["1", "1 of 2"]  # sessions that gave up summed
 
 
 def test_why_lists_each_cell_that_misses_its_bar(capsys: pytest.CaptureFixture[str]) -> None:

@@ -175,3 +175,42 @@ def test_sessions_held_when_the_run_ends_are_counted_as_unfinished() -> None:
     n = len(result.agents) + obj["unfinished_agents"]
     held_s = sum(a.pending_s for a in result.agents) + obj["unfinished_held_s"]
     assert abs(obj["mean_pending_all_s"] * n - held_s) < 1e-6
+
+
+def test_unfinished_sessions_are_judged_by_their_throughput_so_far() -> None:
+    """A session held since it arrived has produced nothing (Eq. 3 so far: 0, a
+    miss, as one that gave up); one between requests scores its Eq. 3 as the
+    controllers see it; one waiting on a request counts that wait too."""
+    preset = small_preset(kv_tokens=20_000)
+    programs = [list_agent(i, turns=6, think_s=5.0, prompt=6000) for i in range(6)]
+    end_s = 20.0
+    cluster = Cluster(
+        preset,
+        ClusterConfig(policy="kairos", duration_s=end_s),
+        ListWorkload(programs),
+        [0.5 * i for i in range(6)],
+    )
+    cluster.run()
+    held = [a for inst in cluster.instances for a in inst.pending]
+    running = [a for inst in cluster.instances for a in inst.ongoing.values()]
+    assert held and running, "the scenario must end with sessions held and running"
+    assert all(a.throughput_so_far(end_s) == 0.0 for a in held)
+    for a in running:
+        waiting = end_s - a.release_s if a.in_flight else 0.0
+        assert a.throughput_so_far(end_s) == a.decode_tokens / (a.llm_time_s + waiting)
+    so_far = cluster.unfinished_throughputs(end_s)
+    assert len(so_far) == len(held) + len(running)
+
+
+def test_attainment_over_every_session_counts_the_unfinished_ones() -> None:
+    """``slo_attainment`` judges finished sessions only; ``slo_attainment_all``
+    adds the ones the run ended before, by their Eq. 3 so far."""
+    result = run_sim(SimSpec(policy="kairos", rate_per_s=0.5, duration_s=60.0))
+    obj = result_json(result)
+    c = result.run.counters
+    assert c["unfinished_judged"] > 0
+    judged = [a for a in result.agents if a.slo_met is not None]
+    met = sum(1 for a in judged if a.slo_met) + c["unfinished_slo_met"]
+    assert obj["slo_attainment_all"] == met / (len(judged) + c["unfinished_judged"])
+    # 60 s of a paper workload: no session has finished, so only this one judges.
+    assert not judged and obj["slo_attainment"] is None

@@ -1,0 +1,109 @@
+"""One simulated vLLM instance and the agents on it (:class:`~simulator.cluster.Cluster`'s unit).
+
+The cluster owns the event loop and the router's decisions; an instance keeps
+what the router and its daemon know of one GPU: which agents are admitted and
+held there, their summed context ``U_i`` (kept incrementally: it is read at
+every request), and what vLLM reports about each finished request.
+"""
+
+from __future__ import annotations
+
+from controllers import ControlDecision, Controller, InstanceLoad, RequestObservation
+from simulator.agents import SimAgent
+from simulator.engine import Engine
+from simulator.engine_types import RequestFinished
+from simulator.gpu import SimulatedGpu
+
+
+class SimInstance:
+    """One vLLM instance as the cluster drives it: its engine, GPU and controller,
+    the agents admitted to it (``ongoing``) and held for it (``pending``), and the
+    marks its epoch accounting reads."""
+
+    __slots__ = (
+        "_load",
+        "controller",
+        "decision",
+        "energy_mark_j",
+        "engine",
+        "epoch",
+        "gen_mark",
+        "gpu",
+        "index",
+        "name",
+        "observations",
+        "ongoing",
+        "pending",
+        "pre_mark",
+        "usage",
+    )
+
+    def __init__(self, index: int, engine: Engine, gpu: SimulatedGpu, ctrl: Controller) -> None:
+        self.index = index
+        self.name = f"sim{index}"
+        self.engine = engine
+        self.gpu = gpu
+        self.controller = ctrl
+        self.ongoing: dict[str, SimAgent] = {}
+        self.pending: list[SimAgent] = []
+        self.observations: list[RequestObservation] = []
+        self.decision: ControlDecision | None = None
+        self.epoch = 0
+        self.energy_mark_j = 0.0
+        self.gen_mark = 0
+        self.pre_mark = 0
+        self.usage = 0
+        """Σ ``C_a`` of ``ongoing``, kept up to date by :meth:`join`, :meth:`leave` and
+        :meth:`completed` (summing it afresh at every request was a hot spot)."""
+        self._load: InstanceLoad | None = None
+
+    def usage_tokens(self) -> int:
+        return self.usage
+
+    def load(self, capacity_tokens: int) -> InstanceLoad:
+        """The router's view ``U_i``; rebuilt only after :meth:`join`, :meth:`leave`
+        or :meth:`completed` changed it (it is read at every request)."""
+        if self._load is None:
+            self._load = InstanceLoad(
+                self.name, self.index, self.usage, capacity_tokens, bool(self.ongoing)
+            )
+        return self._load
+
+    def join(self, agent: SimAgent) -> None:
+        self.ongoing[agent.agent_id] = agent
+        self.usage += agent.usage_tokens()
+        self._load = None
+
+    def leave(self, agent_id: str) -> None:
+        agent = self.ongoing.pop(agent_id, None)
+        if agent is not None:
+            self.usage -= agent.usage_tokens()
+            self._load = None
+
+    def completed(self, agent: SimAgent, t: float, prompt_tokens: int, output_tokens: int) -> None:
+        """``agent`` (ongoing here) finished a request: its ``C_a`` changes."""
+        before = agent.usage_tokens()
+        agent.complete(t, prompt_tokens, output_tokens)
+        if agent.agent_id in self.ongoing:
+            self.usage += agent.usage_tokens() - before
+            self._load = None
+
+    def observation(self, ev: RequestFinished) -> RequestObservation:
+        """What the router and vLLM expose about a finished request (no coefficients)."""
+        decode_s = ev.t_s - ev.first_token_s
+        per_token = decode_s / (ev.output_tokens - 1) if ev.output_tokens > 1 else 0.0
+        return RequestObservation(
+            t_s=ev.t_s,
+            prompt_tokens=ev.prompt_tokens,
+            cached_tokens=ev.cached_tokens,
+            completion_tokens=ev.output_tokens,
+            ttft_s=max(ev.first_token_s - ev.arrival_s, 0.0),
+            decode_s_per_token=per_token,
+            running=len(self.engine.running) + 1,
+            active_context_tokens=self.usage_tokens(),
+            clock_mhz=self.gpu.clock_at(ev.t_s),
+        )
+
+    def unfinished_agents(self) -> list[SimAgent]:
+        """Agents admitted here or held for here: sessions not finished (yet)."""
+        return [*self.ongoing.values(), *self.pending]
