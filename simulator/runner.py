@@ -209,7 +209,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "unfinished_agents": int(c.get("unfinished_agents", 0)),
         "unfinished_held_s": c.get("unfinished_held_s", 0.0),
         "mean_pending_all_s": _mean_pending_all(result),
-        "slo_attainment_all": _attainment_all(result),
+        "slo_attainment_all": attainment_all(result),
         "energy_per_job_j": s.energy_j / s.completed_agents if s.completed_agents else None,
         "output_tokens": s.output_tokens,
         "duration_s": s.duration_s,
@@ -248,7 +248,7 @@ def _mean_pending_all(result: SimResult) -> float | None:
     return held_s / n
 
 
-def _attainment_all(result: SimResult) -> float | None:
+def attainment_all(result: SimResult) -> float | None:
     """SLO attainment over every session that arrived: the finished sessions as in
     ``slo_attainment`` (those that gave up as misses) plus the unfinished ones by
     their Eq. 3 so far. Under overload ``slo_attainment`` favours a policy that

@@ -10,8 +10,10 @@ from typer.testing import CliRunner
 
 from kairos_cli.main import build_app
 from reporting.metrics import SPEC_JSON_KEYS
+from simulator.cli import summary_table
 from simulator.cluster import control_levels
 from simulator.presets import get_preset, with_num_levels
+from simulator.runner import SimSpec, attainment_all, run_sim
 from tests.simulator.conftest import DATA
 
 SPEC_KEYS = SPEC_JSON_KEYS
@@ -49,6 +51,21 @@ def test_single_policy_table_on_trace_sample(tmp_path: Path) -> None:
     assert res.exit_code == 0, res.output
     assert "policy" in res.stdout and "kairos" in res.stdout
     assert (tmp_path / "kairos.jsonl").exists()
+
+
+def test_table_shows_attainment_over_finished_and_over_all_sessions() -> None:
+    """``SLO %`` judges finished sessions (Eq. 4); ``all %`` every arrival, the
+    unfinished by their Eq. 3 so far: in 60 s of the paper workload nothing has
+    finished, so only the second has a value."""
+    result = run_sim(SimSpec(policy="kairos", rate_per_s=0.5, duration_s=60.0))
+    header, _rule, row, *_ = summary_table([result]).splitlines()
+
+    def column(name: str) -> str:  # right-aligned: a value ends where its name ends
+        end = header.index(name) + len(name)
+        return row[end - 6 : end].strip()
+
+    assert column("SLO %") == "-"
+    assert column("all %") == f"{attainment_all(result) * 100.0:.1f}"
 
 
 def test_single_policy_json_is_an_object(tmp_path: Path) -> None:
