@@ -76,6 +76,10 @@ class Summary:
     per_instance_avg_power_w: dict[str, float] = field(default_factory=dict)
     gave_up_agents: int = 0
     """Sessions whose clients stopped retrying while held (not in ``completed_agents``)."""
+    slo_attainment_all: float | None = None
+    """Attainment over every session that arrived: ``slo_attainment``'s plus the
+    sessions the window ended before, by their Eq. 3 so far (``unfinished_tok_s``
+    of :func:`summarize`); None where those are not known (router records)."""
 
 
 def summarize(
@@ -87,8 +91,15 @@ def summarize(
     duration_s: float | None = None,
     preemptions: int | None = None,
     recomputed_tokens: int = 0,
+    unfinished_tok_s: Sequence[float] | None = None,
 ) -> Summary:
-    """Compute :class:`Summary` from epoch and agent records of one run."""
+    """Compute :class:`Summary` from epoch and agent records of one run.
+
+    ``unfinished_tok_s``: Eq. 3 so far of each session the run ended before it
+    finished (the simulator knows them; a session held since it arrived is 0).
+    Under overload ``slo_attainment`` favours a policy that leaves sessions running
+    slowly at the end (they are not judged) over one that held them until they
+    gave up (they are); ``slo_attainment_all`` judges both."""
     energy = sum(e.energy_j for e in epochs)
     per_instance_energy: dict[str, float] = {}
     per_instance_time: dict[str, float] = {}
@@ -129,6 +140,9 @@ def summarize(
         energy_per_output_token_j=energy / out_tokens if out_tokens else None,
         p5_agent_throughput_tok_s=percentile(tputs, 5.0),
         slo_attainment=slo_attainment(tputs, slo_tok_s),
+        slo_attainment_all=None
+        if unfinished_tok_s is None
+        else slo_attainment([*tputs, *unfinished_tok_s], slo_tok_s),
         job_throughput_per_s=len(finished) / window if window > 0 else 0.0,
         completed_agents=len(finished),
         preemptions=preemptions,

@@ -36,7 +36,6 @@ from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset, with_num
 from simulator.runner import (
     SimResult,
     SimSpec,
-    attainment_all,
     result_json,
     run_many,
     run_sim,
@@ -154,7 +153,7 @@ def summary_table(results: list[SimResult]) -> str:
         s = r.summary
         epj = s.energy_j / s.completed_agents / 1e3 if s.completed_agents else None
         att = None if s.slo_attainment is None else s.slo_attainment * 100.0
-        att_all = attainment_all(r)
+        att_all = s.slo_attainment_all
         lines.append(
             f"{s.policy:14s} {s.avg_power_w:7.1f} {_fmt(s.energy_per_output_token_j, '6.3f')} "
             f"{_fmt(epj, '7.2f')} {_fmt(s.p5_agent_throughput_tok_s, '8.1f')} "

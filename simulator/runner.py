@@ -21,14 +21,7 @@ from typing import Any
 
 from controllers import KairosConfig, PredictiveConfig, ReassignmentConfig
 from reporting.metrics import Summary, summarize
-from reporting.records import (
-    GAVE_UP,
-    AgentRecord,
-    EpochRecord,
-    RunRecord,
-    file_slug,
-    to_json_line,
-)
+from reporting.records import AgentRecord, EpochRecord, RunRecord, file_slug, to_json_line
 from simulator.arrivals import poisson_arrivals, replay_arrivals
 from simulator.cluster import DEFAULT_CLIENT_PATIENCE_S, Cluster, ClusterConfig
 from simulator.errors import WorkloadError
@@ -143,6 +136,7 @@ def run_sim(spec: SimSpec, progress: Callable[[float], None] | None = None) -> S
         duration_s=spec.duration_s,
         preemptions=int(counters["preemptions"]),
         recomputed_tokens=int(counters["recomputed_tokens"]),
+        unfinished_tok_s=cluster.unfinished_throughputs(cluster.config.duration_s),
     )
     wall = time.perf_counter() - started
     counters["wall_s"] = wall
@@ -181,9 +175,6 @@ def _counters(cluster: Cluster, arrivals: int) -> dict[str, float]:
     unfinished, held_s = cluster.unfinished(cluster.config.duration_s)
     totals["unfinished_agents"] = float(unfinished)
     totals["unfinished_held_s"] = held_s
-    so_far = cluster.unfinished_throughputs(cluster.config.duration_s)
-    totals["unfinished_judged"] = float(len(so_far))
-    totals["unfinished_slo_met"] = float(sum(t >= cluster.config.kairos.slo_tok_s for t in so_far))
     totals["instances"] = float(n_inst)
     return totals
 
@@ -209,7 +200,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "unfinished_agents": int(c.get("unfinished_agents", 0)),
         "unfinished_held_s": c.get("unfinished_held_s", 0.0),
         "mean_pending_all_s": _mean_pending_all(result),
-        "slo_attainment_all": attainment_all(result),
+        "slo_attainment_all": s.slo_attainment_all,
         "energy_per_job_j": s.energy_j / s.completed_agents if s.completed_agents else None,
         "output_tokens": s.output_tokens,
         "duration_s": s.duration_s,
@@ -246,22 +237,6 @@ def _mean_pending_all(result: SimResult) -> float | None:
         return None
     held_s = sum(a.pending_s for a in result.agents) + c.get("unfinished_held_s", 0.0)
     return held_s / n
-
-
-def attainment_all(result: SimResult) -> float | None:
-    """SLO attainment over every session that arrived: the finished sessions as in
-    ``slo_attainment`` (those that gave up as misses) plus the unfinished ones by
-    their Eq. 3 so far. Under overload ``slo_attainment`` favours a policy that
-    leaves sessions running slowly at the end (they are not counted) over one
-    that held them until they gave up (they are); this counts both
-    (docs/simulator.md, "Client patience")."""
-    c = result.run.counters
-    finished = [a for a in result.agents if a.end_reason != GAVE_UP]
-    judged = [a for a in finished if a.throughput_tok_s is not None]
-    gave_up = len(result.agents) - len(finished)
-    met = sum(1 for a in judged if a.slo_met) + c.get("unfinished_slo_met", 0.0)
-    n = len(judged) + gave_up + c.get("unfinished_judged", 0.0)
-    return met / n if n else None
 
 
 def write_jsonl(result: SimResult, out_dir: Path) -> Path:
