@@ -146,6 +146,13 @@ class SimAgent:
     def done(self) -> bool:
         return self.next_turn >= len(self.program.turns)
 
+    @property
+    def nearly_done(self) -> bool:
+        """In its last tenth of turns (at least its last turn): a session a run that
+        ended a little later would have counted as done."""
+        turns = len(self.program.turns)
+        return self.admitted and turns - self.steps <= max(1, turns // 10)
+
     def record(
         self, end_s: float, slo_tok_s: float, run: str, names: list[str], reason: str = "end"
     ) -> AgentRecord:

@@ -223,6 +223,18 @@ class Cluster:
                 held_s += agent.pending_s + max(0.0, end_s - agent.waiting_since_s)
         return count, held_s
 
+    def nearly_done(self) -> int:
+        """Unfinished sessions in their last tenth of turns (:attr:`SimAgent.nearly_done`).
+
+        Issue 14's "sessions done" is counted inside a fixed window, so a policy
+        that runs a little slower loses the sessions no control finishes just
+        before the end: at 0.004 sessions/s, with 30–45 sessions a run, one such
+        session fails the 0.98× bar. This count tells that window edge apart from
+        sessions lost to holding or thrashing (docs/control-law.md, "How much one
+        cell says").
+        """
+        return sum(a.nearly_done for inst in self.instances for a in inst.unfinished_agents())
+
     def unfinished_throughputs(self, end_s: float) -> list[float]:
         """Eq. 3 so far of every session still running or held at ``end_s``
         (:meth:`SimAgent.throughput_so_far`), for an attainment over every

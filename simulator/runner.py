@@ -175,6 +175,7 @@ def _counters(cluster: Cluster, arrivals: int) -> dict[str, float]:
     unfinished, held_s = cluster.unfinished(cluster.config.duration_s)
     totals["unfinished_agents"] = float(unfinished)
     totals["unfinished_held_s"] = held_s
+    totals["unfinished_nearly_done"] = float(cluster.nearly_done())
     totals["instances"] = float(n_inst)
     return totals
 
@@ -199,6 +200,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "gave_up_agents": s.gave_up_agents,
         "unfinished_agents": int(c.get("unfinished_agents", 0)),
         "unfinished_held_s": c.get("unfinished_held_s", 0.0),
+        "unfinished_nearly_done": int(c.get("unfinished_nearly_done", 0)),
         "mean_pending_all_s": _mean_pending_all(result),
         "slo_attainment_all": s.slo_attainment_all,
         "energy_per_job_j": s.energy_j / s.completed_agents if s.completed_agents else None,

@@ -56,7 +56,8 @@ def kairos_failures(base: Metrics, k: Metrics) -> list[str]:
     """Issue 14's bar for the default ``kairos`` in one cell; failures as text."""
     out = []
     if k["completed_agents"] < 0.98 * base["completed_agents"]:
-        out.append(f"{k['completed_agents']} of {base['completed_agents']} sessions done")
+        done = f"{k['completed_agents']} of {base['completed_agents']} sessions done"
+        out.append(done + _edge(base, k))
     if not attainment_ok(base, k):
         gap = 100 * ((base["slo_attainment"] or 0.0) - (k["slo_attainment"] or 0.0))
         out.append(f"attainment {gap:.1f} points below")
@@ -68,6 +69,14 @@ def kairos_failures(base: Metrics, k: Metrics) -> list[str]:
     if (k["mean_pending_s"] or 0.0) > 30.0:
         out.append(f"mean pending {k['mean_pending_s']:.0f} s")
     return out
+
+
+def _edge(base: Metrics, k: Metrics) -> str:
+    """How many sessions each run left in their last tenth of turns at the window's end."""
+    if "unfinished_nearly_done" not in k:
+        return ""
+    here, nc = k["unfinished_nearly_done"], base.get("unfinished_nearly_done", 0)
+    return f" (unfinished in the last tenth of their turns: {here}, no control {nc})"
 
 
 def best_fixed(base: Metrics, fixed: dict[str, Metrics]) -> tuple[str, float] | None:

@@ -178,6 +178,29 @@ def test_sessions_held_when_the_run_ends_are_counted_as_unfinished() -> None:
     assert abs(obj["mean_pending_all_s"] * n - held_s) < 1e-6
 
 
+def test_sessions_the_window_ends_in_their_last_turns_are_counted_as_nearly_done() -> None:
+    # A 10-turn session with 9 turns done when the run ends is one a slightly
+    # faster run would have finished; one with 2 turns left, or one still held,
+    # is not. ``unfinished_nearly_done`` tells the window's edge from real losses.
+    preset = small_preset(kv_tokens=200_000)
+    programs = [list_agent(0, turns=10, think_s=5.0)]
+    cluster = Cluster(
+        preset, ClusterConfig(policy="kairos", duration_s=15.0), ListWorkload(programs), [0.0]
+    )
+    cluster.run()
+    (agent,) = [a for inst in cluster.instances for a in inst.unfinished_agents()]
+    assert agent.admitted and agent.steps < 8  # 15 s: a few turns of ten
+    assert cluster.nearly_done() == 0
+    agent.steps = 9  # as if the window had ended in its last turn
+    assert agent.nearly_done and cluster.nearly_done() == 1
+    agent.steps = 8
+    assert not agent.nearly_done and cluster.nearly_done() == 0
+    agent.steps, agent.admitted = 9, False
+    assert not agent.nearly_done
+    obj = result_json(run_sim(SimSpec(policy="kairos", rate_per_s=0.5, duration_s=60.0)))
+    assert 0 <= obj["unfinished_nearly_done"] <= obj["unfinished_agents"]
+
+
 def test_unfinished_sessions_are_judged_by_their_throughput_so_far() -> None:
     """A session held since it arrived has produced nothing (Eq. 3 so far: 0, a
     miss, as one that gave up); one between requests scores its Eq. 3 as the
