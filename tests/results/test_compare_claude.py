@@ -106,7 +106,7 @@ def test_why_lists_each_cell_that_misses_its_bar(capsys: pytest.CaptureFixture[s
     ]
 
 
-def test_a_sessions_done_miss_says_how_many_runs_ended_in_their_last_turns() -> None:
+def test_a_sessions_done_miss_says_how_many_sessions_the_window_ended_in_their_last_turns() -> None:
     # At 0.004 sessions/s one session of 30-45 decides the 0.98x criterion, and it
     # is usually one no control finishes just before the window ends: the miss
     # names how many sessions each run left in the last tenth of their turns.
