@@ -33,14 +33,7 @@ from kairos_common.logs import configure_logging
 from simulator.cluster import DEFAULT_CLIENT_PATIENCE_S, control_levels
 from simulator.errors import SimulatorError
 from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset, with_num_levels
-from simulator.runner import (
-    SimResult,
-    SimSpec,
-    result_json,
-    run_many,
-    run_sim,
-    write_jsonl,
-)
+from simulator.runner import SimResult, SimSpec, result_json, run_many, run_sim, write_jsonl
 
 log = structlog.get_logger()
 PROG = "kairos sim"
@@ -153,11 +146,11 @@ def summary_table(results: list[SimResult]) -> str:
         s = r.summary
         epj = s.energy_j / s.completed_agents / 1e3 if s.completed_agents else None
         att = None if s.slo_attainment is None else s.slo_attainment * 100.0
-        att_all = s.slo_attainment_all
+        att_all = None if s.slo_attainment_all is None else s.slo_attainment_all * 100.0
         lines.append(
             f"{s.policy:14s} {s.avg_power_w:7.1f} {_fmt(s.energy_per_output_token_j, '6.3f')} "
             f"{_fmt(epj, '7.2f')} {_fmt(s.p5_agent_throughput_tok_s, '8.1f')} "
-            f"{_fmt(att, '6.1f')} {_fmt(None if att_all is None else att_all * 100.0, '6.1f')} "
+            f"{_fmt(att, '6.1f')} {_fmt(att_all, '6.1f')} "
             f"{s.job_throughput_per_s:7.4f} "
             f"{s.completed_agents:5d} {s.preemptions:7d} {s.recomputed_tokens:11,d} "
             f"{s.boost_fraction * 100.0:7.1f} {_fmt(s.mean_pending_s, '6.1f')} "

@@ -213,15 +213,17 @@ class Cluster:
         says nothing of a session held until the run ended (or admitted so late it
         could not finish): this is that missing part (docs/results.md item 10).
         """
-        count, held_s = 0, 0.0
-        for inst in self.instances:
-            for agent in inst.ongoing.values():
-                count += 1
-                held_s += agent.pending_s
-            for agent in inst.pending:
-                count += 1
-                held_s += agent.pending_s + max(0.0, end_s - agent.waiting_since_s)
-        return count, held_s
+        agents = self._unfinished_agents()
+        held_s = 0.0
+        for agent in agents:
+            held_s += agent.pending_s
+            if not agent.admitted:  # still held: its wait runs to the end
+                held_s += max(0.0, end_s - agent.waiting_since_s)
+        return len(agents), held_s
+
+    def _unfinished_agents(self) -> list[SimAgent]:
+        """Every instance's :meth:`SimInstance.unfinished_agents`: admitted or held."""
+        return [a for inst in self.instances for a in inst.unfinished_agents()]
 
     def nearly_done(self) -> int:
         """Unfinished sessions in their last tenth of turns (:attr:`SimAgent.nearly_done`).
@@ -233,13 +235,13 @@ class Cluster:
         sessions lost to holding or thrashing (docs/control-law.md, "How much one
         cell says").
         """
-        return sum(a.nearly_done for inst in self.instances for a in inst.unfinished_agents())
+        return sum(a.nearly_done for a in self._unfinished_agents())
 
     def unfinished_throughputs(self, end_s: float) -> list[float]:
         """Eq. 3 so far of every session still running or held at ``end_s``
         (:meth:`SimAgent.throughput_so_far`), for an attainment over every
         session that arrived, not only those that finished."""
-        agents = [a for inst in self.instances for a in inst.unfinished_agents()]
+        agents = self._unfinished_agents()
         return [t for a in agents if (t := a.throughput_so_far(end_s)) is not None]
 
     def _fill_energy(self) -> None:
