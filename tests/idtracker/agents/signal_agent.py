@@ -46,10 +46,24 @@ def main() -> None:
         signal.signal(signal.SIGINT, on_int)
         signal.signal(signal.SIGUSR1, on_usr1)
         signal.signal(signal.SIGCONT, on_cont)
+    wakeup = _wakeup_pipe()
     foreground = os.isatty(0) and os.tcgetpgrp(0) == os.getpgrp()
     print(f"ready {os.getpid()} {'foreground' if foreground else 'no-tty'}", flush=True)
     while True:
-        signal.pause()
+        os.read(wakeup, 64)  # handlers run as the read is interrupted or returns
+
+
+def _wakeup_pipe() -> int:
+    """A pipe the C-level signal handler writes each signal number to.
+
+    ``signal.pause()`` loses a signal that lands after Python last ran its handlers
+    and before the ``pause`` syscall: the handler is flagged but never run, and the
+    process sleeps until some later signal. Blocking on this pipe cannot miss one.
+    """
+    read_end, write_end = os.pipe()
+    os.set_blocking(write_end, False)
+    signal.set_wakeup_fd(write_end)
+    return read_end
 
 
 if __name__ == "__main__":
