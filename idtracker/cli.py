@@ -138,6 +138,25 @@ def run(
             show_default=False,
         ),
     ] = None,
+    summary: Annotated[
+        bool | None,
+        typer.Option(
+            "--summary/--no-summary",
+            help="When CMD ends, print what the run cost on stderr: requests, output "
+            "tokens, throughput against the SLO, time held, and the GPU energy the router "
+            "attributed to it (env KAIROS_SUMMARY). Default: off.",
+            show_default=False,
+        ),
+    ] = None,
+    summary_wait_s: Annotated[
+        float | None,
+        typer.Option(
+            "--summary-wait-s",
+            help="How long the end call may wait for the run's last joules to be "
+            "attributed (an epoch or two after its last request), 0-60. Default 15.",
+            show_default=False,
+        ),
+    ] = None,
     log_level: Annotated[
         str | None,
         typer.Option(
@@ -173,6 +192,8 @@ def run(
                 "end_timeout_s": end_timeout_s,
                 "kill_grace_s": kill_grace_s,
                 "log_level": log_level,
+                "summary": summary,
+                "summary_wait_s": summary_wait_s,
             },
         )
         configure_logging(cfg.log_level, log_json)
@@ -187,6 +208,8 @@ def run(
             end_timeout_s=cfg.end_timeout_s,
             request_timeout_s=cfg.request_timeout_s,
             kill_grace_s=cfg.kill_grace_s,
+            summary=cfg.summary,
+            summary_wait_s=cfg.summary_wait_s,
         )
         code = launch(req, gate)
     except IdTrackerError as exc:

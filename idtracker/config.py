@@ -19,6 +19,7 @@ from kairos_common.cli import check_log_level
 from kairos_common.config import load_config
 from kairos_common.credentials import LIFECYCLE_FILE, discover_credential, read_credential
 from kairos_common.errors import ConfigError
+from kairos_common.wire import MAX_SUMMARY_WAIT_S
 
 ENV_PREFIX = "KAIROS"
 CONFIG_ENV = "KAIROS_IDTRACKER_CONFIG"
@@ -38,11 +39,15 @@ class IdTrackerConfig:
     request_timeout_s: float = 2.0
     kill_grace_s: float = 10.0
     log_level: str = "warning"
+    summary: bool = False
+    summary_wait_s: float = 15.0
 
     def __post_init__(self) -> None:
         for name in ("start_timeout_s", "end_timeout_s", "request_timeout_s", "kill_grace_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative")
+        if not 0 <= self.summary_wait_s <= MAX_SUMMARY_WAIT_S:
+            raise ConfigError(f"summary_wait_s must be within [0, {MAX_SUMMARY_WAIT_S:g}]")
         if self.request_timeout_s == 0:
             raise ConfigError("request_timeout_s must be positive")
         check_log_level(self.log_level, "log_level")

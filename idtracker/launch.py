@@ -10,15 +10,18 @@ normal end — reports its end.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TextIO
 
 import structlog
 
 from idtracker import env as child_env_mod
 from idtracker.errors import RegistrationError, SpawnError
 from idtracker.lifecycle_client import Clock, LifecycleClient
+from idtracker.summary import missing_line, summary_line
 from idtracker.supervisor import (
     STOP_SIGNALS,
     ChildOutcome,
@@ -45,6 +48,10 @@ class LaunchRequest:
     end_timeout_s: float = 15.0
     request_timeout_s: float = 2.0
     kill_grace_s: float = 10.0
+    summary: bool = False
+    """Print what the run cost (the router's record of it) on stderr at the end."""
+    summary_wait_s: float = 15.0
+    """How long the end call may wait for that record's last joules."""
 
 
 def launch(
@@ -53,10 +60,12 @@ def launch(
     *,
     parent_env: Mapping[str, str] | None = None,
     clock: Clock | None = None,
+    report: TextIO | None = None,
 ) -> int:
     """Run ``req.cmd`` under a new agent identity; returns the exit status to use.
 
     ``gate`` must already be blocking — before any thread exists (see cli.py).
+    ``report`` gets the ``--summary`` line (default: stderr).
     """
     parent = dict(os.environ if parent_env is None else parent_env)
     now = clock or time.monotonic
@@ -97,9 +106,9 @@ def launch(
             outcome = _run(req, env, gate, now)
         except SpawnError as exc:
             spawn_failed = ChildOutcome(exc.exit_code, None, "spawn_failed")
-            _report_end(client, started, spawn_failed, req)
+            _report_end(client, started, spawn_failed, req, report)
             raise
-    _report_end(client, started, outcome, req)
+    _report_end(client, started, outcome, req, report)
     return outcome.exit_code
 
 
@@ -121,19 +130,31 @@ def _run(req: LaunchRequest, env: dict[str, str], gate: SignalGate, clock: Clock
 
 
 def _report_end(
-    client: LifecycleClient, started: AgentStarted, outcome: ChildOutcome, req: LaunchRequest
+    client: LifecycleClient,
+    started: AgentStarted,
+    outcome: ChildOutcome,
+    req: LaunchRequest,
+    report: TextIO | None,
 ) -> None:
-    """Report the end with the agent's end key (kept in this process, never in the child's)."""
+    """Report the end with the agent's end key (kept in this process, never in the
+    child's); with ``req.summary``, print what the run cost."""
     agent_id = started.agent_id
+    wait_s = req.summary_wait_s if req.summary else 0.0
     end = AgentEnd(
         exit_code=outcome.exit_code,
         signal=outcome.signal,
         reason=outcome.reason,
         end_key=started.end_key,
+        summary_wait_s=wait_s,
     )
-    if not client.report_end(agent_id, end, deadline_s=req.end_timeout_s):
+    receipt = client.report_end(agent_id, end, deadline_s=req.end_timeout_s + wait_s)
+    if receipt is None:
         log.warning(
             "could not report agent end; the router's idle expiry will retire the agent",
             agent_id=agent_id,
             exit_code=outcome.exit_code,
         )
+    if req.summary:
+        summary = receipt.summary if receipt is not None else None
+        line = summary_line(summary) if summary else missing_line(receipt is not None)
+        print(line, file=report or sys.stderr, flush=True)

@@ -27,7 +27,14 @@ from idtracker.errors import (
     RouterUnavailableError,
 )
 from kairos_common.errors import WireFormatError
-from kairos_common.wire import API_PREFIX, AgentEnd, AgentStart, AgentStarted
+from kairos_common.wire import (
+    API_PREFIX,
+    AgentEnd,
+    AgentEndReply,
+    AgentStart,
+    AgentStarted,
+    AgentSummary,
+)
 
 log = structlog.get_logger()
 
@@ -57,6 +64,13 @@ class Backoff:
 class _Reply:
     status: int
     body: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class EndReceipt:
+    """The router has the agent's end; ``summary`` when one was asked for and sent."""
+
+    summary: AgentSummary | None = None
 
 
 class _Transient(Exception):
@@ -110,36 +124,43 @@ class LifecycleClient:
                 f"router at {self._router_url} sent a malformed agent-start reply: {exc}"
             ) from None
 
-    def report_end(self, agent_id: str, end: AgentEnd, *, deadline_s: float) -> bool:
-        """``POST /kairos/v1/agents/{id}/end``; True once the router has it.
+    def report_end(self, agent_id: str, end: AgentEnd, *, deadline_s: float) -> EndReceipt | None:
+        """``POST /kairos/v1/agents/{id}/end``; a receipt once the router has it, else None.
 
         Never raises: the agent has already finished and its exit status must
         still reach the caller. A 404 counts as delivered (the router already
-        forgot the agent, e.g. after its idle expiry).
+        forgot the agent, e.g. after its idle expiry). With ``end.summary_wait_s``
+        the router may hold the reply that long, so the call's timeout grows by it.
         """
         path = f"{API_PREFIX}/agents/{quote(agent_id, safe='')}/end"
+        timeout_s = self._timeout_s + end.summary_wait_s
         try:
-            reply = self._with_retries(path, end.to_json(), deadline_s, "end")
+            reply = self._with_retries(path, end.to_json(), deadline_s, "end", timeout_s)
         except RouterUnavailableError as exc:
             log.warning("agent end not reported", agent_id=agent_id, error=str(exc))
-            return False
+            return None
         except InterruptedBySignalError as exc:
             log.warning("agent end not reported: interrupted", agent_id=agent_id, signal=exc.signum)
-            return False
+            return None
         if reply.status in (200, 201, 202, 204, 404):
-            return True
+            return EndReceipt(_summary(reply) if end.summary_wait_s > 0 else None)
         log.warning(
             "agent end refused by router",
             agent_id=agent_id,
             status=reply.status,
             body=_snippet(reply.body),
         )
-        return False
+        return None
 
     # -- transport ------------------------------------------------------------------
 
     def _with_retries(
-        self, path: str, body: dict[str, Any], deadline_s: float, what: str
+        self,
+        path: str,
+        body: dict[str, Any],
+        deadline_s: float,
+        what: str,
+        timeout_s: float | None = None,
     ) -> _Reply:
         """POST until a non-transient reply or the deadline; waits are interruptible."""
         give_up_at = self._clock() + deadline_s
@@ -147,7 +168,7 @@ class LifecycleClient:
         while True:
             attempt += 1
             try:
-                return self._post(path, body)
+                return self._post(path, body, timeout_s or self._timeout_s)
             except _Transient as exc:
                 last_error = str(exc)
             remaining = give_up_at - self._clock()
@@ -161,9 +182,9 @@ class LifecycleClient:
             if signum is not None:
                 raise InterruptedBySignalError(signum)
 
-    def _post(self, path: str, body: dict[str, Any]) -> _Reply:
+    def _post(self, path: str, body: dict[str, Any], timeout_s: float) -> _Reply:
         conn_cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = conn_cls(self._host, self._port, timeout=self._timeout_s)
+        conn = conn_cls(self._host, self._port, timeout=timeout_s)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
@@ -178,6 +199,17 @@ class LifecycleClient:
         if reply.status >= 500 or reply.status == 429:
             raise _Transient(f"HTTP {reply.status}")
         return reply
+
+
+def _summary(reply: _Reply) -> AgentSummary | None:
+    """The end reply's summary; None from a router too old to send one, or a 404."""
+    if reply.status == 404:
+        return None
+    try:
+        return AgentEndReply.from_json(_json_object(reply.body)).summary
+    except WireFormatError as exc:
+        log.warning("malformed agent summary from router", error=str(exc))
+        return None
 
 
 def _describe(exc: BaseException) -> str:

@@ -15,6 +15,7 @@ helpers block on a condition variable with a bounded timeout, never sleep.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,14 @@ from aiohttp import web
 
 from kairos_common.errors import IdentityError, WireFormatError
 from kairos_common.identity import issue_token, new_agent_id, new_secret, parse_key, verify
-from kairos_common.wire import API_PREFIX, AgentEnd, AgentStart, AgentStarted
+from kairos_common.wire import (
+    API_PREFIX,
+    AgentEnd,
+    AgentEndReply,
+    AgentStart,
+    AgentStarted,
+    AgentSummary,
+)
 
 T = TypeVar("T")
 
@@ -58,6 +66,9 @@ class StandInRouter:
 
     ``end_status`` forces every end call to answer that HTTP status (e.g. 503
     to exercise id-tracker's retries); ``start_status`` does the same for start.
+    ``summary``, when given, answers an end call that asks for one (its
+    ``agent_id`` replaced by the ending agent's); without it the stand-in answers
+    as a router older than the summary does.
     """
 
     def __init__(
@@ -68,8 +79,10 @@ class StandInRouter:
         start_status: int | None = None,
         end_status: int | None = None,
         idle_expiry_s: float = 1800.0,
+        summary: AgentSummary | None = None,
     ) -> None:
         self.control_token = control_token
+        self.summary = summary
         self.secret = secret if secret is not None else new_secret()
         self.start_status = start_status
         self.end_status = end_status
@@ -253,6 +266,9 @@ class StandInRouter:
         except (WireFormatError, ValueError) as exc:
             return web.json_response({"error": str(exc)}, status=400)
         self._record(lambda: self._ends.append(EndCall(agent_id, end)))
+        if end.summary_wait_s > 0 and self.summary is not None:
+            summary = dataclasses.replace(self.summary, agent_id=agent_id)
+            return web.json_response(AgentEndReply(summary).to_json())
         return web.json_response({"ok": True})
 
     def _identify(self, request: web.Request) -> ApiCall | web.Response:

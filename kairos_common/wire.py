@@ -7,7 +7,7 @@ built and parsed by the functions here so both sides agree by construction.
 method   path                                     body → response
 =======  =======================================  =====================================
 POST     /kairos/v1/agents                        :class:`AgentStart` → :class:`AgentStarted`
-POST     /kairos/v1/agents/{agent_id}/end         :class:`AgentEnd` → ``{"ok": true}``
+POST     /kairos/v1/agents/{agent_id}/end         :class:`AgentEnd` → :class:`AgentEndReply`
 GET      /kairos/v1/agents/{agent_id}             → agent status object (router-defined)
 GET      /kairos/v1/instances                     → ``{"instances": [...]}`` (router-defined)
 GET      /kairos/v1/instances/{name}/state        → :class:`InstanceState`
@@ -56,6 +56,8 @@ MAX_LEVELS = 4096
 MAX_MARGIN = 1.0e12
 MAX_VALID_FOR_S = 3600.0
 """A decision older than an hour is stale whatever it claimed (1e300 s deferred forever)."""
+MAX_SUMMARY_WAIT_S = 60.0
+"""The longest an end call may wait for the agent's final record (a few epochs)."""
 
 
 def _get(
@@ -163,6 +165,10 @@ class AgentEnd:
     reason: str = "exit"
     end_key: str = field(default="", repr=False)
     """From :class:`AgentStarted`; required with the lifecycle credential (not admin)."""
+    summary_wait_s: float = 0.0
+    """Above 0: answer with the agent's :class:`AgentSummary`, waiting up to this long
+    for its final record (its energy is attributed an epoch or two after its last
+    request). 0: answer at once, without a summary. Older routers ignore it."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -174,6 +180,74 @@ class AgentEnd:
             signal=_get(obj, "signal", int, None, lo=0, hi=1024),
             reason=_get(obj, "reason", str, "exit"),
             end_key=_get(obj, "end_key", str, ""),
+            summary_wait_s=_get(obj, "summary_wait_s", float, 0.0, lo=0, hi=MAX_SUMMARY_WAIT_S),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSummary:
+    """What one agent run cost: the router's record of it, as its launcher sees it.
+
+    ``final`` is False when the record was not yet written when the end call
+    stopped waiting: the figures are those so far (``energy_j`` then lacks the
+    last epoch or two). ``energy_j`` is None where no daemon measured energy.
+    """
+
+    agent_id: str
+    turns: int
+    decode_tokens: int
+    prompt_tokens: int
+    llm_time_s: float
+    pending_s: float
+    end_reason: str
+    final: bool
+    name: str | None = None
+    throughput_tok_s: float | None = None
+    slo_tok_s: float | None = None
+    slo_met: bool | None = None
+    energy_j: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AgentSummary:
+        return cls(
+            agent_id=_get(obj, "agent_id", str),
+            turns=_get(obj, "turns", int, lo=0, hi=MAX_COUNT),
+            decode_tokens=_get(obj, "decode_tokens", int, lo=0, hi=MAX_TOKENS),
+            prompt_tokens=_get(obj, "prompt_tokens", int, lo=0, hi=MAX_TOKENS),
+            llm_time_s=_get(obj, "llm_time_s", float, lo=0, hi=MAX_DURATION_S),
+            pending_s=_get(obj, "pending_s", float, lo=0, hi=MAX_DURATION_S),
+            end_reason=_get(obj, "end_reason", str),
+            final=_get(obj, "final", bool),
+            name=_get(obj, "name", str, None),
+            throughput_tok_s=_get(obj, "throughput_tok_s", float, None, lo=0, hi=MAX_RATE),
+            slo_tok_s=_get(obj, "slo_tok_s", float, None, lo=0, hi=MAX_RATE),
+            slo_met=_get(obj, "slo_met", bool, None),
+            energy_j=_get(obj, "energy_j", float, None, lo=0, hi=MAX_ENERGY_J),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEndReply:
+    """router → id-tracker: the end is recorded; with its summary when one was asked for."""
+
+    summary: AgentSummary | None = None
+    ok: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ok": self.ok}
+        if self.summary is not None:
+            out["summary"] = self.summary.to_json()
+        return out
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AgentEndReply:
+        raw = _get(obj, "summary", dict, None)
+        return cls(
+            summary=None if raw is None else AgentSummary.from_json(raw),
+            ok=_get(obj, "ok", bool, True),
         )
 
 

@@ -285,6 +285,7 @@ class AdmissionService:
                 if agent is not None:
                     self._admit(agent, inst, "local")
         self.rehome()
+        self._notify()  # usage changed (an agent ended or a request completed)
         return admitted
 
     def pump_all(self) -> None:

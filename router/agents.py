@@ -7,6 +7,7 @@ which can admit held agents, so every end pumps its instance's admission.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 import structlog
 
 from kairos_common.identity import end_key, issue_token, new_agent_id
-from kairos_common.wire import AgentEnd, AgentStart, AgentStarted
+from kairos_common.wire import AgentEnd, AgentStart, AgentStarted, AgentSummary
 from reporting.records import GAVE_UP, AgentRecord, JsonlWriter
 from router.admission import AdmissionService
 from router.energy import EnergyService
@@ -37,6 +38,25 @@ def ended_reason(agent: Agent, reason: str) -> str:
     if agent.turns == 0 and not agent.admitted and agent.gave_up_s is not None:
         return GAVE_UP
     return reason
+
+
+def summary_of(record: AgentRecord, *, final: bool) -> AgentSummary:
+    """The launcher's view of an agent record (:class:`AgentSummary`)."""
+    return AgentSummary(
+        agent_id=record.agent_id,
+        turns=record.turns,
+        decode_tokens=record.decode_tokens,
+        prompt_tokens=record.prompt_tokens,
+        llm_time_s=record.llm_time_s,
+        pending_s=record.pending_s,
+        end_reason=record.end_reason,
+        final=final,
+        name=record.name,
+        throughput_tok_s=record.throughput_tok_s,
+        slo_tok_s=record.slo_tok_s,
+        slo_met=record.slo_met,
+        energy_j=record.energy_j,
+    )
 
 
 class AgentService:
@@ -151,14 +171,22 @@ class AgentService:
         tput = agent.throughput_tok_s
         if tput is not None:
             self.metrics.agent_throughput.observe(tput)
-        slo = agent.slo_tok_s if agent.slo_tok_s is not None else self.default_slo_tok_s
         if self.records is None and self.energy is None:
             return
-        now_unix = self.wall_clock()
-        record = AgentRecord(
+        record = self._record(agent, reason, exit_code)
+        if self.energy is not None:
+            self.energy.finish(record)  # written once its last joules are attributed
+        elif self.records is not None:
+            self.records.write(record)
+
+    def _record(self, agent: Agent, reason: str, exit_code: int | None) -> AgentRecord:
+        """``agent``'s completion record as of now (energy filled in when written)."""
+        tput = agent.throughput_tok_s
+        slo = agent.slo_tok_s if agent.slo_tok_s is not None else self.default_slo_tok_s
+        return AgentRecord(
             agent_id=agent.agent_id,
             start_s=agent.start_unix_s,
-            end_s=now_unix,
+            end_s=self.wall_clock(),
             turns=agent.turns,
             decode_tokens=agent.decode_tokens,
             prompt_tokens=agent.prompt_tokens,
@@ -175,10 +203,26 @@ class AgentService:
             max_context_tokens=agent.max_context_tokens,
             run=self.run,
         )
-        if self.energy is not None:
-            self.energy.finish(record)  # written once its last joules are attributed
-        elif self.records is not None:
-            self.records.write(record)
+
+    def summary(self, agent_id: str, record: AgentRecord | None) -> AgentSummary | None:
+        """What an ended agent cost: its final ``record``, else what is known so far.
+
+        Without the record (the end call stopped waiting), the agent is either
+        still ending (a request of it in flight) or its record waits for its last
+        joules; either way the summary says ``final: false``, with the energy
+        attributed so far. None: unknown agent.
+        """
+        if record is not None:
+            return summary_of(record, final=True)
+        energy = self.energy
+        so_far = energy.parked(agent_id) if energy is not None else None
+        if so_far is None:
+            agent = self.ledger.get(agent_id)
+            if agent is None:
+                return None
+            so_far = self._record(agent, agent.ending[0] if agent.ending else "end", None)
+        joules = energy.energy_so_far_j(agent_id, so_far.instances) if energy else None
+        return dataclasses.replace(summary_of(so_far, final=False), energy_j=joules)
 
     def expire_idle(self) -> list[str]:
         """End agents idle (no request in flight) longer than ``idle_expiry_s``."""

@@ -176,6 +176,7 @@ def create_app(
         listing=core,
         persist=core.persist,
         wall_clock=wall_clock,
+        watch=core.watch,
     )
     app.router.add_routes(public.routes())
     app.router.add_routes(control.routes())

@@ -18,7 +18,13 @@ from aiohttp import web
 
 from kairos_common.errors import WireFormatError
 from kairos_common.identity import end_key_matches
-from kairos_common.wire import API_PREFIX, AdmissionDecision, AgentEnd, AgentStart
+from kairos_common.wire import (
+    API_PREFIX,
+    AdmissionDecision,
+    AgentEnd,
+    AgentEndReply,
+    AgentStart,
+)
 from router.admission import AdmissionService
 from router.agents import AgentService
 from router.auth import ControlAuth, Role
@@ -29,6 +35,7 @@ from router.instances import InstancePool
 from router.json_body import parse_json, read_body
 from router.ledger import Ledger
 from router.ports import InstanceListing, Persist
+from router.record_watch import RecordWatch
 
 CONTROL_BODY_LIMIT = 1 << 20
 """Control messages are small; a decision with thousands of admits is ~100 KB."""
@@ -53,7 +60,8 @@ class ControlApi:
 
     Handed the services behind its routes (agents, pool, admission, energy, the
     optional fleet budget, the ledger for in-flight ages), the instance listing,
-    the persist operation (durable acknowledgements) and the wall clock (skew check).
+    the persist operation (durable acknowledgements), the wall clock (skew check)
+    and the record watch (an end call that waits for the agent's summary).
     """
 
     def __init__(
@@ -69,6 +77,7 @@ class ControlApi:
         listing: InstanceListing,
         persist: Persist,
         wall_clock: Callable[[], float],
+        watch: RecordWatch,
     ) -> None:
         self.auth = auth
         self._agents = agents
@@ -80,6 +89,7 @@ class ControlApi:
         self._listing = listing
         self._persist = persist
         self._wall_clock = wall_clock
+        self._watch = watch
 
     def routes(self) -> list[web.RouteDef]:
         p = API_PREFIX
@@ -123,9 +133,22 @@ class ControlApi:
             agent_id, msg.end_key, self._agents.secret
         ):
             raise ForbiddenError("ending an agent needs the end key its start returned")
-        self._agents.end(agent_id, msg)
+        if msg.summary_wait_s <= 0:
+            self._agents.end(agent_id, msg)
+            await self._durable()
+            return web.json_response(AgentEndReply().to_json())
+        # Registered before the end: with nothing left to attribute, the record is
+        # written inside it.
+        fut = self._watch.expect(agent_id)
+        try:
+            self._agents.end(agent_id, msg)
+        except BaseException:
+            self._watch.forget(agent_id, fut)
+            raise
         await self._durable()
-        return web.json_response({"ok": True})
+        record = await self._watch.wait(agent_id, fut, msg.summary_wait_s)
+        summary = self._agents.summary(agent_id, record)
+        return web.json_response(AgentEndReply(summary).to_json())
 
     async def _durable(self) -> None:
         """Persist before acknowledging a start/end, so a router killed right after

@@ -23,7 +23,7 @@ import structlog
 from controllers.frequency import FrequencyLevels
 from controllers.kairos import KairosConfig, KairosController
 from controllers.registry import make_placement_policy
-from reporting.records import JsonlWriter
+from reporting.records import JsonlWriter, Record
 from router.admission import AdmissionService
 from router.agents import AgentService
 from router.config import RouterConfig, parse_backend
@@ -35,6 +35,7 @@ from router.ledger import Agent, Ledger
 from router.metrics import FleetMetrics, InstanceGauges, RouterMetrics
 from router.observations import ObservationLog
 from router.placement_service import PlacementService
+from router.record_watch import RecordWatch
 from router.store import StateStore
 
 log = structlog.get_logger("kairos.router")
@@ -84,9 +85,16 @@ class RouterCore:
         self.placement = PlacementService.from_settings(
             config.placement, self.pool, self.ledger, self.metrics, self.admission
         )
+        self.watch = RecordWatch()
+
+        def write(record: Record) -> None:
+            if records is not None:
+                records.write(record)
+            self.watch.written(record)  # an end call may be waiting for its summary
+
         self.energy = EnergyService(
             self.metrics.registry,
-            write=records.write if records is not None else None,
+            write=write,
             is_live=lambda agent_id: self.ledger.get(agent_id) is not None,
             clock=clock,
             wall_clock=wall_clock,

@@ -17,7 +17,7 @@ still live when they end.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import structlog
@@ -114,6 +114,18 @@ class EnergyService:
         """Joules attributed so far to a live agent's own requests (an estimate)."""
         share = self.accountant.agents.get(agent_id)
         return share.energy_j if share is not None else 0.0
+
+    def energy_so_far_j(self, agent_id: str, instances: Iterable[str]) -> float | None:
+        """An agent's joules so far, its ended sub-agents' included, as its record
+        would have them now; None if no daemon on ``instances`` measures energy."""
+        if not any(i in self._daemons for i in instances):
+            return None
+        return self.agent_energy_j(agent_id) + self._children_j.get(agent_id, 0.0)
+
+    def parked(self, agent_id: str) -> AgentRecord | None:
+        """An ended agent's record that waits for its last joules, if any."""
+        entry = self._parked.get(agent_id)
+        return None if entry is None else entry[0]
 
     # ---- decisions --------------------------------------------------------------------
 

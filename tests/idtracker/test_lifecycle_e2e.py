@@ -332,6 +332,7 @@ def test_inherited_file_descriptors_pass_through(
         (("--router-url", "localhost:24157"), 78, "expected http(s)://host:port"),
         (("--slo", "0"), 78, "--slo 0: expected a positive"),
         (("--kill-grace-s", "-1"), 78, "must not be negative"),
+        (("--summary-wait-s", "61"), 78, "summary_wait_s must be within [0, 60]"),
         (("--router-url", "http://127.0.0.1:9", "--config", "/nonexistent.toml"), 78, "does not"),
     ],
 )

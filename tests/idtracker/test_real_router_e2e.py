@@ -109,3 +109,18 @@ def test_agent_and_sub_agent_attributed_by_the_real_router(
         "sub-agent",
     )
     assert p["name"] == "python openai_agent.py" and p["parent_id"] is None
+
+
+def test_summary_from_the_real_router_matches_its_record(
+    real_router: tuple[str, Path], base_env: dict[str, str]
+) -> None:
+    url, records_path = real_router
+    done = run_tracker(url, base_env, agent("openai_agent.py", "2", "0"), "--summary")
+    assert done.returncode == 0, done.stderr
+    (record,) = map(json.loads, records_path.read_text().splitlines())
+    assert done.stderr == (
+        f"id-tracker: agent python openai_agent.py ({record['agent_id']}) exit: 2 requests, "
+        f"{record['decode_tokens']} output tokens, {record['throughput_tok_s']:.1f} tok/s, "
+        f"SLO {record['slo_tok_s']:g} {'met' if record['slo_met'] else 'missed'}, held 0.0 s; "
+        "energy not measured (no kairosd reports energy for its GPUs)\n"
+    )
