@@ -85,6 +85,9 @@ class DriverConfig:
     python: str = sys.executable
     cli_agents: int = 2
     """How many agents go through the real ``id-tracker`` CLI (spread over the arrivals)."""
+    summary_wait_s: float = 5.0
+    """The CLI agents run with ``id-tracker --summary``: each writes what it cost to
+    the agents' log, waiting at most this long for its last joules."""
     min_lead_s: float = 0.5
     """Between every agent process being ready and the window's start."""
     ready_timeout_s: float = 120.0
@@ -124,6 +127,9 @@ def agent_command(
         cfg.router_url,
         "--name",
         name,
+        "--summary",
+        "--summary-wait-s",
+        f"{cfg.summary_wait_s:g}",
         "--",
         *agent,
     ]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from idtracker.summary import energy_text
 from reporting.energy import energy_balance
 from reporting.records import AgentRecord, EpochRecord, read_records
 from simulator.demo_run import DemoConfig, PolicyResult, run_policies
@@ -150,3 +151,25 @@ def test_every_agent_record_carries_energy_that_adds_up(runs: dict[str, PolicyRe
         assert balance.parts_error <= 1e-3, balance
         assert balance.daemon_error <= 1e-3, balance
         assert balance.own_j > 0.3 * balance.measured_j  # agents, not idle, drew most of it
+
+
+def test_cli_agents_print_what_their_run_cost(runs: dict[str, PolicyResult]) -> None:
+    """``id-tracker --summary`` on real processes: each CLI agent's last stderr line
+    (in the agents' log) carries the energy of its router record, waited for until
+    the daemons' measurements covered its last request."""
+    require_valid(*runs.values())
+    for res in runs.values():
+        log = (res.workdir / "agents.log").read_text(errors="replace")
+        records = {a.agent_id: a for a in res.agents}
+        for name in res.driver.cli_agents:
+            rec = next(a for a in records.values() if a.name == name)
+            if rec.exit_code != 0:
+                continue  # stopped at the deadline: its line may say "so far"
+            assert rec.energy_j is not None and rec.energy_j > 0
+            line = next(
+                (ln for ln in log.splitlines() if ln.startswith(f"id-tracker: agent {name} (")),
+                None,
+            )
+            assert line is not None, f"{res.policy}: no summary from {name}"
+            assert f"({rec.agent_id}) exit: {rec.turns} requests" in line
+            assert f"; energy {energy_text(rec.energy_j)} (" in line, line
