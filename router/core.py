@@ -96,6 +96,7 @@ class RouterCore:
             self.metrics.registry,
             write=write,
             is_live=lambda agent_id: self.ledger.get(agent_id) is not None,
+            has_live_children=self.ledger.has_children,
             clock=clock,
             wall_clock=wall_clock,
             run=config.run,

@@ -78,11 +78,13 @@ class EnergyService:
         run: str = "",
         idle_power_w: float | None = None,
         max_lag_s: float = 600.0,
+        has_live_children: Callable[[str], bool] = lambda _agent_id: False,
     ) -> None:
         self.accountant = EnergyAccountant(idle_power_w=idle_power_w, max_lag_s=max_lag_s)
         self.metrics = EnergyMetrics(registry)
         self.write = write
         self.is_live = is_live
+        self.has_live_children = has_live_children
         self.clock = clock
         self.wall_clock = wall_clock
         self.run = run
@@ -167,22 +169,39 @@ class EnergyService:
     # ---- records ----------------------------------------------------------------------
 
     def finish(self, record: AgentRecord) -> None:
-        """An agent ended: write its record now, or once its work is attributed."""
-        if self.accountant.has_open_work(record.agent_id):
+        """An agent ended: write its record now, or once its work is attributed and
+        its sub-agents' records (whose joules its ``energy_j`` adds) are written."""
+        if self._waits(record.agent_id, final=False):
             self._parked[record.agent_id] = (record, self.clock())
         else:
             self._write(record)
 
+    def _waits(self, agent_id: str, *, final: bool) -> bool:
+        """Must ``agent_id``'s record wait? For its own unattributed work or a live
+        sub-agent (unless ``final``: shutting down), and for a sub-agent's parked
+        record in any case, so that children are written before their parent."""
+        if any(rec.parent_id == agent_id for rec, _ in self._parked.values()):
+            return True
+        if final:
+            return False
+        return self.accountant.has_open_work(agent_id) or self.has_live_children(agent_id)
+
     def release(self, *, everything: bool = False) -> None:
-        """Write parked records whose work is attributed (or too old to wait for)."""
+        """Write parked records that need not wait any more (or waited ``max_lag_s``),
+        sub-agents before their parents."""
         now = self.clock()
-        for agent_id, (record, since) in list(self._parked.items()):
-            if (
-                everything
-                or now - since > self.max_lag_s
-                or not self.accountant.has_open_work(agent_id)
-            ):
-                del self._parked[agent_id]
+        while self._parked:
+            ready = [
+                agent_id
+                for agent_id, (_, since) in self._parked.items()
+                if now - since > self.max_lag_s or not self._waits(agent_id, final=everything)
+            ]
+            if not ready:
+                if not everything:
+                    return
+                ready = [next(iter(self._parked))]  # cannot happen (no cycles), never spin
+            for agent_id in ready:
+                record, _ = self._parked.pop(agent_id)
                 self._write(record)
 
     def close(self) -> None:
@@ -224,7 +243,7 @@ class EnergyService:
                 energy_decode_j=share.decode_j,
             )
             parent = record.parent_id
-            if parent is not None and self.is_live(parent):
+            if parent is not None and (self.is_live(parent) or parent in self._parked):
                 self._children_j[parent] = self._children_j.get(parent, 0.0) + total
         if self.write is not None:
             self.write(out)

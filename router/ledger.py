@@ -136,6 +136,7 @@ class Ledger:
         self._counted: dict[str, tuple[str, int]] = {}
         self.dirty: set[str] = set()
         self.deleted: set[str] = set()
+        self._children: dict[str, set[str]] = {}  # parent id -> its live sub-agents' ids
         # Called with the id of every agent that leaves (ended or expired), so services
         # keeping per-agent state (confident placement's streaks) can drop it.
         self.on_remove: list[Callable[[str], None]] = []
@@ -154,7 +155,11 @@ class Ledger:
         if replaced is not None and replaced.instance is not None:
             self._ongoing.get(replaced.instance, set()).discard(agent.agent_id)
         self._uncount(agent.agent_id)
+        if replaced is not None:
+            self._unlink(replaced)
         self.agents[agent.agent_id] = agent
+        if agent.parent_id is not None:
+            self._children.setdefault(agent.parent_id, set()).add(agent.agent_id)
         self.deleted.discard(agent.agent_id)
         if agent.instance is not None and agent.admitted:
             self._ongoing.setdefault(agent.instance, set()).add(agent.agent_id)
@@ -168,12 +173,27 @@ class Ledger:
             self._ongoing.get(agent.instance, set()).discard(agent_id)
         self._uncount(agent_id)
         self.dirty.discard(agent_id)
+        if agent is not None:
+            self._unlink(agent)
         if agent is not None and not agent.ephemeral:
             self.deleted.add(agent_id)
         if agent is not None:
             for listener in self.on_remove:
                 listener(agent_id)
         return agent
+
+    def has_children(self, agent_id: str) -> bool:
+        """Does ``agent_id`` have live sub-agents (agents naming it their parent)?"""
+        return bool(self._children.get(agent_id))
+
+    def _unlink(self, agent: Agent) -> None:
+        if agent.parent_id is None:
+            return
+        siblings = self._children.get(agent.parent_id)
+        if siblings is not None:
+            siblings.discard(agent.agent_id)
+            if not siblings:
+                del self._children[agent.parent_id]
 
     def touch(self, agent: Agent) -> None:
         """Mark for persistence (ephemeral one-turn agents are never persisted)."""

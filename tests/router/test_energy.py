@@ -41,6 +41,7 @@ class _Setup:
         self.energy: list[EnergyRecord] = []
         self.registry = CollectorRegistry()
         self.live = live if live is not None else set()
+        self.parents: set[str] = set()  # agents with live sub-agents
         self.svc = EnergyService(
             self.registry,
             write=self._write,
@@ -48,6 +49,7 @@ class _Setup:
             clock=self.clock,
             wall_clock=lambda: 1.7e9,
             idle_power_w=10.0,
+            has_live_children=self.parents.__contains__,
         )
 
     def _write(self, record: AgentRecord | EnergyRecord) -> None:
@@ -113,6 +115,54 @@ def test_records_wait_for_their_energy_and_parents_get_their_sub_agents() -> Non
     assert parent.energy_j == pytest.approx(parent.energy_own_j + child.energy_j)
     own = math.fsum(r.energy_own_j or 0.0 for r in s.written)
     assert own + s.metric("unattributed") == pytest.approx(s.metric("measured"))
+
+
+def test_a_parent_that_ends_first_still_gets_its_sub_agents_joules() -> None:
+    """A sub-agent's record waits for its last joules; a parent ending meanwhile (or
+    while a sub-agent still runs) waits for it, so its energy_j includes it."""
+    s = _Setup(live={"parent", "child"})
+    s.parents.add("parent")
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
+    s.request("parent")
+    s.svc.on_decision("gpu0", _decision(200.0, 1), in_flight_since_s=None)
+    s.live.discard("parent")
+    s.svc.finish(_record("parent"))  # its own work is attributed; its sub-agent runs on
+    assert s.written == []
+    s.request("child")
+    s.live.discard("child")
+    s.parents.clear()
+    s.svc.finish(_record("child", parent="parent"))  # parked: its joules are not in yet
+    assert s.written == []
+    s.svc.on_decision("gpu0", _decision(500.0, 2), in_flight_since_s=None)
+    child, parent = s.written
+    assert (child.agent_id, parent.agent_id) == ("child", "parent")
+    assert child.energy_j is not None and child.energy_j > 0
+    assert parent.energy_own_j is not None and parent.energy_j is not None
+    assert parent.energy_j == pytest.approx(parent.energy_own_j + child.energy_j)
+
+
+def test_a_parent_waits_for_a_sub_agent_at_most_max_lag_and_shutdown_writes_children_first() -> (
+    None
+):
+    s = _Setup(live={"child"})
+    s.parents.add("parent")
+    s.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
+    s.svc.finish(_record("parent"))
+    assert s.written == []
+    s.clock.advance(601.0)
+    s.svc.release()
+    assert [r.agent_id for r in s.written] == ["parent"]  # the sub-agent ran too long
+    t = _Setup(live={"parent", "child"})
+    t.svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
+    t.request("child")
+    t.request("parent")
+    t.live.clear()
+    t.svc.finish(_record("parent"))
+    t.svc.finish(_record("child", parent="parent"))
+    t.svc.close()  # nothing measured since: both written with what is known, child first
+    assert [r.agent_id for r in t.written] == ["child", "parent"]
+    child, parent = t.written
+    assert parent.energy_j == pytest.approx((parent.energy_own_j or 0) + (child.energy_j or 0))
 
 
 def test_without_energy_reports_records_are_written_at_once_without_energy() -> None:

@@ -78,3 +78,30 @@ def test_running_usage_equals_the_sum_over_ongoing_agents(
         _apply(ledger, op)
         for instance in INSTANCES:
             assert ledger.usage_tokens(instance) == _recomputed(ledger, instance), op
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(("add", "remove")),
+            st.sampled_from(AGENTS),
+            st.sampled_from((None, *AGENTS[:2])),
+        ),
+        max_size=40,
+    )
+)
+def test_the_sub_agent_index_matches_the_live_agents(
+    ops: list[tuple[str, str, str | None]],
+) -> None:
+    """``has_children`` (a parent's record waits for its sub-agents') after any adds,
+    re-adds (a restore) with another parent, and removals."""
+    ledger = Ledger(3000, lambda: 0.0)
+    for kind, name, parent in ops:
+        if kind == "add":
+            ledger.add(Agent(agent_id=name, arrival_s=0.0, start_unix_s=0.0, parent_id=parent))
+        else:
+            ledger.remove(name)
+    for candidate in AGENTS:
+        expected = any(a.parent_id == candidate for a in ledger)
+        assert ledger.has_children(candidate) == expected
