@@ -14,7 +14,6 @@ import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TextIO
 
 import structlog
 
@@ -60,12 +59,10 @@ def launch(
     *,
     parent_env: Mapping[str, str] | None = None,
     clock: Clock | None = None,
-    report: TextIO | None = None,
 ) -> int:
     """Run ``req.cmd`` under a new agent identity; returns the exit status to use.
 
     ``gate`` must already be blocking — before any thread exists (see cli.py).
-    ``report`` gets the ``--summary`` line (default: stderr).
     """
     parent = dict(os.environ if parent_env is None else parent_env)
     now = clock or time.monotonic
@@ -106,9 +103,9 @@ def launch(
             outcome = _run(req, env, gate, now)
         except SpawnError as exc:
             spawn_failed = ChildOutcome(exc.exit_code, None, "spawn_failed")
-            _report_end(client, started, spawn_failed, req, report)
+            _report_end(client, started, spawn_failed, req)
             raise
-    _report_end(client, started, outcome, req, report)
+    _report_end(client, started, outcome, req)
     return outcome.exit_code
 
 
@@ -134,7 +131,6 @@ def _report_end(
     started: AgentStarted,
     outcome: ChildOutcome,
     req: LaunchRequest,
-    report: TextIO | None,
 ) -> None:
     """Report the end with the agent's end key (kept in this process, never in the
     child's); with ``req.summary``, print what the run cost."""
@@ -157,4 +153,4 @@ def _report_end(
     if req.summary:
         summary = receipt.summary if receipt is not None else None
         line = summary_line(summary) if summary else missing_line(receipt is not None)
-        print(line, file=report or sys.stderr, flush=True)
+        print(line, file=sys.stderr, flush=True)

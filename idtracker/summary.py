@@ -14,7 +14,7 @@ PREFIX = "id-tracker:"
 
 
 def energy_text(energy_j: float) -> str:
-    """``532 J``, ``12.4 kJ``, ``3.10 MJ``: three significant figures or so."""
+    """``532 J``, ``12.4 kJ``, ``3.1 MJ``: at most three significant figures."""
     for unit, scale in (("MJ", 1e6), ("kJ", 1e3)):
         if energy_j >= scale:
             return f"{energy_j / scale:.3g} {unit}"

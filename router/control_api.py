@@ -133,19 +133,18 @@ class ControlApi:
             agent_id, msg.end_key, self._agents.secret
         ):
             raise ForbiddenError("ending an agent needs the end key its start returned")
-        if msg.summary_wait_s <= 0:
-            self._agents.end(agent_id, msg)
-            await self._durable()
-            return web.json_response(AgentEndReply().to_json())
         # Registered before the end: with nothing left to attribute, the record is
         # written inside it.
-        fut = self._watch.expect(agent_id)
+        fut = self._watch.expect(agent_id) if msg.summary_wait_s > 0 else None
         try:
             self._agents.end(agent_id, msg)
         except BaseException:
-            self._watch.forget(agent_id, fut)
+            if fut is not None:
+                self._watch.forget(agent_id, fut)
             raise
         await self._durable()
+        if fut is None:
+            return web.json_response(AgentEndReply().to_json())
         record = await self._watch.wait(agent_id, fut, msg.summary_wait_s)
         summary = self._agents.summary(agent_id, record)
         return web.json_response(AgentEndReply(summary).to_json())

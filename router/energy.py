@@ -125,7 +125,8 @@ class EnergyService:
         return self.agent_energy_j(agent_id) + self._children_j.get(agent_id, 0.0)
 
     def parked(self, agent_id: str) -> AgentRecord | None:
-        """An ended agent's record that waits for its last joules, if any."""
+        """An ended agent's record still held back (for its last joules or its
+        sub-agents' records), if any."""
         entry = self._parked.get(agent_id)
         return None if entry is None else entry[0]
 
