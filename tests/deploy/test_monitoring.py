@@ -117,14 +117,17 @@ def test_the_dashboard_covers_what_an_operator_watches() -> None:
     assert all(p.get("datasource") for p in panels(data) if p["type"] != "row")
 
 
-def test_slo_choices_are_exported_bucket_bounds() -> None:
-    """``le="$slo"`` matches only the exact string Prometheus scrapes (``20.0``)."""
+def throughput_bounds() -> set[str]:
+    """The ``le`` strings the router exports for agent throughput, as scraped."""
     metrics = RouterMetrics()
     metrics.agent_throughput.observe(1.0)
     exposition = metrics.render().decode()
-    bounds = set(
-        re.findall(r'agent_throughput_tokens_per_second_bucket\{le="([^"]+)"\}', exposition)
-    )
+    return set(re.findall(r'agent_throughput_tokens_per_second_bucket\{le="([^"]+)"\}', exposition))
+
+
+def test_slo_choices_are_exported_bucket_bounds() -> None:
+    """``le="$slo"`` matches only the exact string Prometheus scrapes (``20.0``)."""
+    bounds = throughput_bounds()
     assert len(bounds) == len(THROUGHPUT_BUCKETS) + 1  # + "+Inf"
     slo = next(v for v in dashboard()["templating"]["list"] if v["name"] == "slo")
     offered = {o["value"] for o in slo["options"]}
@@ -180,3 +183,52 @@ def test_the_dashboard_is_importable_json() -> None:
     names = {v["name"] for v in data["templating"]["list"]}
     used = set(re.findall(r"\$(\w+)", json.dumps(data["panels"])))
     assert used - {"__range", "__interval", "__rate_interval"} <= names
+
+
+ALERTS = MONITORING / "alerts.yml"
+
+
+def alert_rules() -> list[dict[str, str]]:
+    """Each rule's fields, read line by line (plain block YAML, one-line values)."""
+    rules: list[dict[str, str]] = []
+    for line in ALERTS.read_text(encoding="utf-8").splitlines():
+        if line.lstrip().startswith("#"):
+            continue
+        if m := re.match(r"\s*- alert: (\w+)$", line):
+            rules.append({"alert": m.group(1)})
+        elif rules and (m := re.match(r"\s+(expr|for|severity|summary|description): (.+)$", line)):
+            rules[-1][m.group(1)] = m.group(2).strip().strip('"')
+    return rules
+
+
+def test_every_alert_is_complete_and_queries_exported_metrics(exported: set[str]) -> None:
+    rules = alert_rules()
+    assert len(rules) >= 8
+    assert len({r["alert"] for r in rules}) == len(rules), "duplicate alert names"
+    jobs = scrape_targets()
+    for rule in rules:
+        name = rule["alert"]
+        assert {"expr", "for", "severity", "summary", "description"} <= rule.keys(), name
+        assert rule["severity"] in {"page", "warning"}, name
+        assert re.fullmatch(r"\d+[smh]", rule["for"]), name
+        expr = rule["expr"]
+        assert expr.count("(") == expr.count(")") and expr.count("[") == expr.count("]"), name
+        unknown = [m for m in METRIC_RE.findall(expr) if m not in exported]
+        assert not unknown, f"{name} queries metrics nobody exports: {unknown}"
+        for job in re.findall(r'up\{job="([^"]+)"\}', expr):
+            assert job in jobs, f"{name}: no scrape job {job!r}"
+        assert METRIC_RE.search(expr) or "up{" in expr, name
+    assert "rule_files:\n  - alerts.yml" in PROMETHEUS.read_text(encoding="utf-8")
+
+
+def test_alert_label_values_are_ones_the_components_export() -> None:
+    """A misspelt ``reason`` or a bucket bound that is never exported selects
+    nothing, and the alert can never fire."""
+    bounds = throughput_bounds()
+    reasons = {"queue_full", "timeout"}  # kairos_router_hold_rejections_total (docs/router.md)
+    for rule in alert_rules():
+        for label, value in re.findall(r'(\w+)="([^"]*)"', rule["expr"]):
+            if label == "le":
+                assert value in bounds, (rule["alert"], value)
+            elif label == "reason":
+                assert value in reasons, (rule["alert"], value)
