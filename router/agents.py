@@ -41,22 +41,10 @@ def ended_reason(agent: Agent, reason: str) -> str:
 
 
 def summary_of(record: AgentRecord, *, final: bool) -> AgentSummary:
-    """The launcher's view of an agent record (:class:`AgentSummary`)."""
-    return AgentSummary(
-        agent_id=record.agent_id,
-        turns=record.turns,
-        decode_tokens=record.decode_tokens,
-        prompt_tokens=record.prompt_tokens,
-        llm_time_s=record.llm_time_s,
-        pending_s=record.pending_s,
-        end_reason=record.end_reason,
-        final=final,
-        name=record.name,
-        throughput_tok_s=record.throughput_tok_s,
-        slo_tok_s=record.slo_tok_s,
-        slo_met=record.slo_met,
-        energy_j=record.energy_j,
-    )
+    """The launcher's view of an agent record: every :class:`AgentSummary` field but
+    ``final`` is the record's field of the same name."""
+    shared = (f.name for f in dataclasses.fields(AgentSummary) if f.name != "final")
+    return AgentSummary(final=final, **{name: getattr(record, name) for name in shared})
 
 
 class AgentService:
