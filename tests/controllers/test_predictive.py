@@ -119,9 +119,12 @@ def test_kairos_ceiling_caps_proactive_steps_up() -> None:
 
 
 def test_follows_kairos_to_the_top_when_the_cache_is_nearly_full() -> None:
-    """``U ≥ α·U_max`` is a KAIROS safety net the prediction cannot override,
-    even with ample throughput slack; afterwards the controller resumes its level."""
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    """With ``context_high_top``, ``U ≥ α·U_max`` is a KAIROS safety net the
+    prediction cannot override, even with ample throughput slack; afterwards the
+    controller resumes its level."""
+    ctrl = PredictiveController(
+        LEVELS, KairosConfig(slo_tok_s=20.0), PredictiveConfig(context_high_top=True)
+    )
     epoch = _warm(ctrl, 660, [200.0])
     calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
     full = InstanceSnapshot(
@@ -137,13 +140,35 @@ def test_follows_kairos_to_the_top_when_the_cache_is_nearly_full() -> None:
     assert after.level == calm.level
 
 
+def test_without_the_eq8_net_the_context_margin_alone_raises_the_clock() -> None:
+    """The default (``context_high_top`` off): no jump to the top; the context margin
+    (no level keeps ``U`` under ``α·U_max``) raises the clock, capped by KAIROS's own
+    level."""
+    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    epoch = _warm(ctrl, 660, [200.0])
+    calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
+    full = InstanceSnapshot(
+        now_s=5.0 * (epoch + 1) + 1000.0,
+        epoch=epoch + 1,
+        capacity_tokens=CAP,
+        ongoing=_agents([200.0, 200.0], ctx=int(0.4 * CAP)),  # U = 0.8·U_max ≥ α = 0.75
+        clock_mhz=calm.clock_mhz,
+    )
+    base = KairosController(LEVELS, KairosConfig(slo_tok_s=20.0)).decide(full)
+    d = ctrl.decide(full)
+    assert d.reason == "predicted-slo-up" and not d.boost
+    assert calm.level < d.level <= base.level
+
+
 def test_idle_contexts_do_not_pin_the_top_clock_without_pressure() -> None:
     """As KAIROS's level (docs/control-law.md, point 6), the ``U ≥ α·U_max`` net
     counts sessions sitting in tool calls only under pressure: idle long contexts
     do not pin the top clock, a held agent brings the net back (on the Claude
     Code trace idle contexts pinned it). The context margin, a thrashing guard
     like admission, still counts them; the KAIROS ceiling bounds what it asks."""
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    ctrl = PredictiveController(
+        LEVELS, KairosConfig(slo_tok_s=20.0), PredictiveConfig(context_high_top=True)
+    )
     epoch = _warm(ctrl, 660, [200.0])
     calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
     now = 5.0 * (epoch + 1) + 1000.0
