@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from controllers import (
     AgentView,
+    ControlDecision,
     FrequencyLevels,
     InstanceSnapshot,
     KairosConfig,
@@ -118,6 +119,23 @@ def test_kairos_ceiling_caps_proactive_steps_up() -> None:
     assert d.level < 4  # uncapped it steps above level 3 (previous test)
 
 
+def _nearly_full(
+    ctrl: PredictiveController,
+) -> tuple[ControlDecision, InstanceSnapshot, int]:
+    """A warm controller's calm decision, then a snapshot with ``U = 0.8·U_max`` (past
+    α = 0.75, under γ) and ample throughput slack; and the epoch after it."""
+    epoch = _warm(ctrl, 660, [200.0])
+    calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
+    full = InstanceSnapshot(
+        now_s=5.0 * (epoch + 1) + 1000.0,
+        epoch=epoch + 1,
+        capacity_tokens=CAP,
+        ongoing=_agents([200.0, 200.0], ctx=int(0.4 * CAP)),
+        clock_mhz=calm.clock_mhz,
+    )
+    return calm, full, epoch + 2
+
+
 def test_follows_kairos_to_the_top_when_the_cache_is_nearly_full() -> None:
     """With ``context_high_top``, ``U ≥ α·U_max`` is a KAIROS safety net the
     prediction cannot override, even with ample throughput slack; afterwards the
@@ -125,18 +143,10 @@ def test_follows_kairos_to_the_top_when_the_cache_is_nearly_full() -> None:
     ctrl = PredictiveController(
         LEVELS, KairosConfig(slo_tok_s=20.0), PredictiveConfig(context_high_top=True)
     )
-    epoch = _warm(ctrl, 660, [200.0])
-    calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
-    full = InstanceSnapshot(
-        now_s=5.0 * (epoch + 1) + 1000.0,
-        epoch=epoch + 1,
-        capacity_tokens=CAP,
-        ongoing=_agents([200.0, 200.0], ctx=int(0.4 * CAP)),  # U = 0.8·U_max ≥ α = 0.75
-        clock_mhz=calm.clock_mhz,
-    )
+    calm, full, next_epoch = _nearly_full(ctrl)
     d = ctrl.decide(full)
     assert d.level == LEVELS.count and d.reason == "context-high" and not d.boost
-    after = ctrl.decide(_snap(epoch + 2, [200.0, 200.0], d.clock_mhz))
+    after = ctrl.decide(_snap(next_epoch, [200.0, 200.0], d.clock_mhz))
     assert after.level == calm.level
 
 
@@ -145,15 +155,7 @@ def test_without_the_eq8_net_the_context_margin_alone_raises_the_clock() -> None
     (no level keeps ``U`` under ``α·U_max``) raises the clock, capped by KAIROS's own
     level."""
     ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
-    epoch = _warm(ctrl, 660, [200.0])
-    calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
-    full = InstanceSnapshot(
-        now_s=5.0 * (epoch + 1) + 1000.0,
-        epoch=epoch + 1,
-        capacity_tokens=CAP,
-        ongoing=_agents([200.0, 200.0], ctx=int(0.4 * CAP)),  # U = 0.8·U_max ≥ α = 0.75
-        clock_mhz=calm.clock_mhz,
-    )
+    calm, full, _ = _nearly_full(ctrl)
     base = KairosController(LEVELS, KairosConfig(slo_tok_s=20.0)).decide(full)
     d = ctrl.decide(full)
     assert d.reason == "predicted-slo-up" and not d.boost
