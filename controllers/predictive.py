@@ -71,7 +71,8 @@ class PredictiveConfig:
     bring it down. Measured on the Claude Code trace and its two halves (16 seeds
     each, 0.004 and 0.008 sessions/s): 63 instead of 58 of the 96 cells within a
     point of the best fixed clock, every one of issue 14's seeds 1–3, attainment
-    equal or higher; paper workload within 0.5 point (docs/beyond.md §2)."""
+    equal or higher on the whole trace; paper workload within 0.5 point
+    (docs/beyond.md §2)."""
     sized_boost: bool = False
     """Boost to the lowest level predicted to lift under-τ agents back over τ
     (the maximum when the model sees no such level) instead of always the maximum.
@@ -403,8 +404,8 @@ class PredictiveController:
             and working >= self.kairos.config.alpha * snapshot.capacity_tokens
         )
         if base.boost or context_high:
-            # KAIROS's safety nets: an agent under τ, or U ≥ α·U_max (Eq. 8: the
-            # cache is near full, only draining at the top clock avoids thrashing).
+            # KAIROS's safety nets: an agent under τ, or (with context_high_top)
+            # U ≥ α·U_max (Eq. 8: the cache is near full, draining at the top clock).
             if self._pre_boost_level is None:
                 self._pre_boost_level = self._level
             level = self._boost_level(snapshot, shape) if not context_high else self.levels.count
