@@ -9,9 +9,9 @@ draw stays unattributed; docs/energy.md). A lost decision costs nothing: the
 next one's delta covers both intervals, and so does the work.
 
 An agent's record is written once every interval its work fell in has been
-attributed (at most ``max_lag_s`` after it ended; at router shutdown, with what
-is known). Sub-agents' ``energy_j`` are added to their parent's if the parent is
-still live when they end.
+attributed and its sub-agents' records are written, since its ``energy_j`` adds
+theirs (at most ``max_lag_s`` after it ended; at router shutdown, with what is
+known, sub-agents first).
 """
 
 from __future__ import annotations
