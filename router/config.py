@@ -6,12 +6,14 @@ paper's Algorithms 1–3 the router uses is a field here with the paper's defaul
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from controllers.confident_placement import ConfidentReassignmentConfig
+from controllers.energy_attribution import WorkWeights
 from controllers.registry import PLACEMENT_NAMES
 from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
 from kairos_common.errors import ConfigError
@@ -19,6 +21,7 @@ from kairos_common.errors import ConfigError
 ENV_PREFIX = "KAIROS_ROUTER"
 MIB = 1024 * 1024
 _CONFIDENT = ConfidentReassignmentConfig()
+_WEIGHTS = WorkWeights()
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,41 @@ class FleetBudgetSettings:
 
 
 @dataclass(frozen=True)
+class EnergyWeightSettings:
+    """``[energy_weights]``: estimated GPU seconds per unit of work, by which each
+    instance's measured energy is split among its agents (docs/energy.md,
+    "Weights for your model"). The defaults are an H100 serving a mid-size MoE
+    model (Qwen3-30B-A3B in FP8); only their ratios matter, and those depend on
+    the model: a dense model shares far more of each decode step and pays more
+    per prefill token."""
+
+    prefill_s_per_token: float = _WEIGHTS.prefill_s_per_token
+    """Prefill GEMMs per uncached prompt token (2 × active parameters / FLOP/s)."""
+    attn_s_per_pair: float = _WEIGHTS.attn_s_per_pair
+    """Prefill attention per (query, key) pair (4 × layers × query heads × head dim / FLOP/s)."""
+    step_shared_s: float = _WEIGHTS.step_shared_s
+    """Per decode step, shared by the batch: host overhead, fixed kernels, and the
+    weights every token reads (bytes / achieved bandwidth)."""
+    token_s: float = _WEIGHTS.token_s
+    """Per decoded token, not shared: the experts it routes to (0 for a dense model)."""
+    kv_s_per_token: float = _WEIGHTS.kv_s_per_token
+    """Per context token read in one decode step (KV bytes per token / bandwidth)."""
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not (math.isfinite(value) and 0.0 <= value <= 10.0):
+                raise ConfigError(f"energy_weights.{f.name} must be in 0..10 s, got {value!r}")
+        if self.prefill_s_per_token + self.attn_s_per_pair == 0.0 or (
+            self.step_shared_s + self.token_s == 0.0
+        ):
+            raise ConfigError("energy_weights: prefill and decode each need a positive weight")
+
+    def work_weights(self) -> WorkWeights:
+        return WorkWeights(**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+
+@dataclass(frozen=True)
 class TimeoutSettings:
     connect_s: float = 5.0
     first_byte_s: float = 900.0
@@ -194,6 +232,7 @@ class RouterConfig:
     energy_idle_power_w: float | None = None
     """Idle draw of one instance's GPUs (W), left unattributed by energy per agent
     (docs/energy.md); unset: learned from intervals in which an instance did nothing."""
+    energy_weights: EnergyWeightSettings = field(default_factory=EnergyWeightSettings)
 
     def __post_init__(self) -> None:
         if self.event_loop not in EVENT_LOOPS:

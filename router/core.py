@@ -101,6 +101,7 @@ class RouterCore:
             wall_clock=wall_clock,
             run=config.run,
             idle_power_w=config.energy_idle_power_w,
+            weights=config.energy_weights.work_weights(),
         )
         self.agents = AgentService(
             self.ledger,

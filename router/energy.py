@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import structlog
 from prometheus_client import CollectorRegistry, Counter
 
-from controllers.energy_attribution import EnergyAccountant, IntervalSplit
+from controllers.energy_attribution import EnergyAccountant, IntervalSplit, WorkWeights
 from kairos_common.wire import AdmissionDecision
 from reporting.records import AgentRecord, EnergyRecord
 
@@ -79,8 +79,11 @@ class EnergyService:
         idle_power_w: float | None = None,
         max_lag_s: float = 600.0,
         has_live_children: Callable[[str], bool] = lambda _agent_id: False,
+        weights: WorkWeights | None = None,
     ) -> None:
-        self.accountant = EnergyAccountant(idle_power_w=idle_power_w, max_lag_s=max_lag_s)
+        self.accountant = EnergyAccountant(
+            idle_power_w=idle_power_w, weights=weights, max_lag_s=max_lag_s
+        )
         self.metrics = EnergyMetrics(registry)
         self.write = write
         self.is_live = is_live

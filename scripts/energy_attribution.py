@@ -10,6 +10,7 @@ against the truth and how far the parts' sum is from the measured energy::
 
     .venv/bin/python -m scripts.energy_attribution            # docs/energy.md table
     .venv/bin/python -m scripts.energy_attribution --hours 0.5 --only paper-1
+    .venv/bin/python -m scripts.energy_attribution --preset h100-nvl-dense-32b --weights preset
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from controllers.energy_attribution import EnergyAccountant
 from reporting.metrics import percentile
 from simulator.cluster import Cluster
 from simulator.energy_truth import EnergyTruth
+from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset
 from simulator.runner import SimSpec, build_arrivals, build_workload, cluster_config
+from simulator.timing import work_weights
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "claude-code-dev.jsonl"
 
@@ -46,10 +50,20 @@ SCENARIOS = (
 )
 
 
-def run(sc: Scenario, hours: float, seed: int, policy: str) -> dict[str, float | str]:
-    """One simulated run; the comparison's numbers."""
+def run(
+    sc: Scenario,
+    hours: float,
+    seed: int,
+    policy: str,
+    preset: str = DEFAULT_PRESET,
+    weights: str = "default",
+) -> dict[str, float | str]:
+    """One simulated run; the comparison's numbers. ``weights``: ``default`` (the
+    router's built-in weights, as the simulator uses) or ``preset`` (derived from
+    the preset's GPU and model, as ``[energy_weights]`` would be configured)."""
     started = time.perf_counter()
     spec = SimSpec(
+        preset=get_preset(preset),
         policy=policy,
         workload=sc.workload,
         rate_per_s=sc.rate_per_s,
@@ -59,6 +73,8 @@ def run(sc: Scenario, hours: float, seed: int, policy: str) -> dict[str, float |
     )
     config = dataclasses.replace(cluster_config(spec), run=sc.name)
     cluster = Cluster(spec.preset, config, build_workload(spec), build_arrivals(spec))
+    if weights == "preset":
+        cluster.energy = EnergyAccountant(weights=work_weights(spec.preset.timing))
     truths = []
     for inst in cluster.instances:
         inst.engine.truth = EnergyTruth(inst.engine.timing)
@@ -101,6 +117,14 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--policy", default="kairos")
     ap.add_argument("--only", action="append", help="scenario name (repeatable)")
+    ap.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESET_NAMES)
+    ap.add_argument(
+        "--weights",
+        default="default",
+        choices=("default", "preset"),
+        help="attribution weights: the router's built-in ones, or derived from the "
+        "preset's GPU and model (simulator.timing.work_weights)",
+    )
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()
     rows = []
@@ -110,7 +134,7 @@ def main() -> None:
     for sc in SCENARIOS:
         if args.only and sc.name not in args.only:
             continue
-        r = run(sc, args.hours, args.seed, args.policy)
+        r = run(sc, args.hours, args.seed, args.policy, args.preset, args.weights)
         rows.append(r)
         measured = float(r["measured_j"])
         print(

@@ -135,7 +135,32 @@ def _presets() -> dict[str, Preset]:
         description="as h100-nvl-qwen3-30b with a 4x smaller KV cache (fast thrashing tests)",
         engine=dataclasses.replace(h100.engine, kv_capacity_tokens=96_512, max_model_len=65_536),
     )
-    return {p.name: p for p in (h100, gb80, small)}
+    dense = dataclasses.replace(
+        h100,
+        name="h100-nvl-dense-32b",
+        description="H100 NVL 400 W, a dense 32B model in FP8 (Qwen2.5-Coder-32B class), vLLM V1",
+        timing=dataclasses.replace(
+            h100.timing,
+            # Every weight is read every step (no experts): 32.5B params in FP8 plus
+            # the bf16 LM head; a dense GEMV streams near the bandwidth.
+            base_weight_bytes=33.3e9,
+            expert_weight_bytes=0.0,
+            num_experts=1,
+            experts_per_token=1,
+            weight_bw_efficiency=0.80,
+            # 2 · 64 layers · 8 KV heads · 128 dims · 2 bytes.
+            kv_bytes_per_token=262_144,
+            # 2 · 32.5e9 FLOPs per token at the default preset's achieved GEMM rate
+            # (its 15 µs for 3.3B active parameters: ~440 TFLOP/s).
+            prefill_s_per_token=1.48e-4,
+            # 4 · 64 layers · 40 query heads · 128 dims per pair, the default's
+            # 1.75 ns for 4 · 48 · 32 · 128, scaled.
+            attn_s_per_pair=2.92e-9,
+        ),
+        # 93.1 GiB · 0.90 − 31 GiB of weights − 5 GiB ≈ 47.8 GiB at 256 KiB per token.
+        engine=dataclasses.replace(h100.engine, kv_capacity_tokens=195_584, max_model_len=131_072),
+    )
+    return {p.name: p for p in (h100, gb80, small, dense)}
 
 
 PRESET_NAMES: tuple[str, ...] = tuple(_presets())

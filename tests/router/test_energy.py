@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from kairos_common.errors import WireFormatError
+from kairos_common.config import load_config
+from kairos_common.errors import ConfigError, WireFormatError
 from kairos_common.testing import ManualClock
 from kairos_common.wire import AdmissionDecision
 from reporting.records import AgentRecord, EnergyRecord
+from router.config import EnergyWeightSettings, RouterConfig
+from router.core import RouterCore
 from router.energy import EnergyService
 
 
@@ -223,3 +227,63 @@ def test_wire_round_trips_the_energy_counter() -> None:
     obj = d.to_json()
     del obj["energy_total_j"]  # an old daemon
     assert AdmissionDecision.from_json(obj).energy_total_j is None
+
+
+def _split_p_over_d(config: RouterConfig) -> float:
+    """Joules of a long-prompt agent over a long-answer agent's, same interval."""
+    clock = ManualClock(100.0)
+    svc = EnergyService(
+        CollectorRegistry(), write=None, is_live=lambda _a: True, clock=clock,
+        wall_clock=lambda: 1.7e9, idle_power_w=10.0,
+        weights=config.energy_weights.work_weights(),
+    )  # fmt: skip
+    svc.on_decision("gpu0", _decision(0.0, 0), in_flight_since_s=None)
+    start = clock()
+    clock.advance(4.0)
+    svc.record("gpu0", "p", 30_000, 0, 10, start, None)
+    svc.record("gpu0", "d", 300, 0, 1_500, start, None)
+    clock.advance(1.0)
+    svc.on_decision("gpu0", _decision(5000.0, 1), in_flight_since_s=None)
+    return svc.agent_energy_j("p") / svc.agent_energy_j("d")
+
+
+def test_configured_weights_decide_the_split(tmp_path: Path) -> None:
+    """``[energy_weights]`` reaches the attribution: a dense model's weights (a
+    prefill token ten times dearer, no per-token experts) charge the long prompt more."""
+    toml = tmp_path / "router.toml"
+    toml.write_text(
+        "[energy_weights]\nprefill_s_per_token = 1.48e-4\nattn_s_per_pair = 2.92e-9\n"
+        "step_shared_s = 0.0164\ntoken_s = 0.0\nkv_s_per_token = 9.8e-8\n"
+    )
+    dense = load_config(RouterConfig, path=toml, env_prefix="KAIROS_ROUTER", env={})
+    assert dense.energy_weights.token_s == 0.0
+    ratio_default, ratio_dense = _split_p_over_d(RouterConfig()), _split_p_over_d(dense)
+    assert ratio_dense > 2 * ratio_default
+    core = RouterCore(dense, secret=None, store=None, records=None, clock=ManualClock())
+    assert core.energy.accountant.weights == dense.energy_weights.work_weights()
+    env = {"KAIROS_ROUTER_ENERGY_WEIGHTS__TOKEN_S": "0.002"}
+    assert (
+        load_config(RouterConfig, env_prefix="KAIROS_ROUTER", env=env).energy_weights.token_s
+        == 0.002
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("token_s", math.nan),
+        ("kv_s_per_token", -1e-9),
+        ("step_shared_s", math.inf),
+        ("prefill_s_per_token", 11.0),
+    ],
+)
+def test_bad_weights_are_refused(field: str, value: float) -> None:
+    with pytest.raises(ConfigError, match=f"energy_weights.{field}"):
+        EnergyWeightSettings(**{field: value})
+
+
+def test_weights_that_price_a_kind_of_work_at_nothing_are_refused() -> None:
+    with pytest.raises(ConfigError, match="prefill and decode"):
+        EnergyWeightSettings(prefill_s_per_token=0.0, attn_s_per_pair=0.0)
+    with pytest.raises(ConfigError, match="prefill and decode"):
+        EnergyWeightSettings(step_shared_s=0.0, token_s=0.0)

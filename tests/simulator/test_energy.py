@@ -7,10 +7,13 @@ import math
 
 import pytest
 
-from controllers.energy_attribution import EnergyAccountant
+from controllers.energy_attribution import EnergyAccountant, WorkWeights
 from simulator.cluster import Cluster, ClusterConfig
 from simulator.energy_truth import EnergyTruth
 from simulator.engine_types import EngineRequest
+from simulator.presets import get_preset
+from simulator.timing import work_weights
+from simulator.workload import AgentProgram, Turn
 from tests.simulator.conftest import ListWorkload, drain, list_agent, make_engine, small_preset
 
 
@@ -70,3 +73,61 @@ def test_cluster_records_carry_attributed_energy_that_sums_to_measured() -> None
             (rec.energy_prefill_j or 0.0) + (rec.energy_decode_j or 0.0)
         )
         assert rec.energy_own_j == pytest.approx(truth.by_key[rec.agent_id], rel=0.1)
+
+
+def _mixed_programs() -> list[AgentProgram]:
+    """Agents whose work differs in kind: long fresh prompts, or long answers."""
+    prefill = [
+        AgentProgram(f"p{i}", tuple(Turn(12_000 * (k + 1), 12_000 * k, 20, 1.0) for k in range(3)))
+        for i in range(3)
+    ]
+    decode = [
+        AgentProgram(f"d{i}", tuple(Turn(400, 0, 1500, 1.0) for _ in range(3))) for i in range(3)
+    ]
+    return prefill + decode
+
+
+def _by_kind(weights: WorkWeights | None) -> dict[str, tuple[float, float]]:
+    """(attributed, true) joules of the prefill-heavy and the decode-heavy agents."""
+    preset = get_preset("h100-nvl-dense-32b")
+    cluster = Cluster(
+        preset,
+        ClusterConfig(policy="fixed:1410", duration_s=900.0),
+        ListWorkload(_mixed_programs()),
+        [1.0 + i for i in range(6)],
+    )
+    engine = cluster.instances[0].engine
+    engine.truth = truth = EnergyTruth(engine.timing)
+    cluster.energy = EnergyAccountant(idle_power_w=engine.power.idle_w(0), weights=weights)
+    cluster.run()
+    assert len(cluster.agents_done) == 6
+    out: dict[str, tuple[float, float]] = {}
+    for r in cluster.agents_done:
+        got, true = out.get(r.agent_id[0], (0.0, 0.0))
+        out[r.agent_id[0]] = (got + (r.energy_own_j or 0.0), true + truth.by_key[r.agent_id])
+    return out
+
+
+def test_weights_derived_for_a_dense_model_attribute_it_better_than_the_defaults() -> None:
+    """The built-in weights are a MoE model's; on a dense model they undercharge the
+    long prompts (a dense prefill costs ten times more per token) and overcharge
+    the answers. Weights derived from the model's architecture (what an operator
+    sets in ``[energy_weights]``) take away more than half of that bias; what is
+    left is the work model's (a compute-bound prefill step draws more power than a
+    memory-bound decode step, and the weights count seconds)."""
+    derived = work_weights(get_preset("h100-nvl-dense-32b").timing)
+    assert derived.token_s == 0.0  # dense: no experts, every weight read is shared
+    default, fitted = _by_kind(None), _by_kind(derived)
+    for kind in ("p", "d"):
+        got, true = default[kind]
+        better, _ = fitted[kind]
+        assert abs(better - true) / true < 0.2
+        assert abs(better - true) < 0.6 * abs(got - true)
+    assert default["p"][0] < default["p"][1]  # the defaults undercharge the prompts
+
+
+def test_derived_weights_share_a_moe_step_more_as_the_batch_grows() -> None:
+    timing = get_preset().timing
+    small, large = work_weights(timing, batch=2), work_weights(timing, batch=32)
+    assert small.token_s > large.token_s > 0.0  # a further token touches fewer new experts
+    assert small.step_shared_s < large.step_shared_s
