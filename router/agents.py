@@ -212,6 +212,30 @@ class AgentService:
         joules = energy.energy_so_far_j(agent_id, so_far.instances) if energy else None
         return dataclasses.replace(summary_of(so_far, final=False), energy_j=joules)
 
+    def _ended_status(self, agent_id: str) -> dict[str, Any]:
+        energy = self.energy
+        record = energy.parked(agent_id) if energy is not None else None
+        if energy is None or record is None:
+            raise NotFoundError(f"no live agent {agent_id!r}")
+        return {
+            "agent_id": record.agent_id,
+            "parent_id": record.parent_id,
+            "name": record.name,
+            "instance": None,
+            "state": "ended",
+            "end_reason": record.end_reason,
+            "queue_position": None,
+            "turns": record.turns,
+            "in_flight": 0,
+            "prompt_tokens": record.prompt_tokens,
+            "decode_tokens": record.decode_tokens,
+            "llm_time_s": record.llm_time_s,
+            "pending_s": record.pending_s,
+            "throughput_tok_s": record.throughput_tok_s,
+            "instances": list(record.instances),
+            "energy_j": energy.agent_energy_j(agent_id),  # own requests, as while live
+        }
+
     def expire_idle(self) -> list[str]:
         """End agents idle (no request in flight) longer than ``idle_expiry_s``."""
         now = self.clock()
@@ -225,10 +249,15 @@ class AgentService:
         return [a.agent_id for a in expired]
 
     def status(self, agent_id: str) -> dict[str, Any]:
-        """``GET /kairos/v1/agents/{id}``: instance, state, context, throughput, queue position."""
+        """``GET /kairos/v1/agents/{id}``: instance, state, context, throughput, queue position.
+
+        An agent that has ended but whose record still waits for its last joules
+        (or its sub-agents' records) is ``ended``: what its record will say, with
+        the energy attributed so far. 404 once the record is written.
+        """
         agent = self.ledger.get(agent_id)
         if agent is None:
-            raise NotFoundError(f"no live agent {agent_id!r}")
+            return self._ended_status(agent_id)
         position = None
         if agent.instance is not None and not agent.admitted:
             position = self.admission.queue(agent.instance).position(agent_id)

@@ -112,3 +112,30 @@ async def test_an_agent_still_ending_is_summed_up_so_far(
     assert (summary.name, summary.turns, summary.end_reason) == ("lead", 1, "end")
     assert summary.energy_j == 0.0  # its instance measures; no epoch closed yet
     assert router.core.agents.summary("nobody", None) is None
+
+
+async def test_an_ended_agent_waiting_for_its_joules_has_a_status(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """Between its end and its record (its last joules not measured yet), the
+    agent's status says ``ended``, with what it did; once written, 404."""
+    router = await make_router([backend.url])
+    await _measured(router, 1, 0.0)
+    token = await start_agent(router.url, name="swe")
+    agent_id = token.split(".")[1]
+    await one_turn(router, token)
+    url = f"{router.url}/kairos/v1/agents/{agent_id}"
+    assert (await control("GET", url))[1]["state"] == "ongoing"
+    assert await _end(router, token) == (200, {"ok": True})
+    status, body = await control("GET", url)
+    assert status == 200, body
+    assert (body["state"], body["name"], body["turns"], body["end_reason"]) == (
+        "ended",
+        "swe",
+        1,
+        "exit",
+    )
+    assert body["energy_j"] == 0.0 and body["decode_tokens"] > 0
+    await _measured(router, 2, 400.0)  # its last joules: the record is written
+    status, _ = await control("GET", url)
+    assert status == 404
