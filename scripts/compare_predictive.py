@@ -32,8 +32,8 @@ import typer
 from controllers.fleet_budget import FleetBudgetConfig
 from reporting.metrics import slo_attainment, summarize
 from scripts.results_lib.variants import with_variant
-from simulator.cluster import Cluster, control_levels
-from simulator.presets import get_preset, scaled
+from simulator.cluster import Cluster
+from simulator.presets import control_levels, get_preset, scaled
 from simulator.runner import SimSpec, build_arrivals, build_workload, cluster_config, run_many
 
 app = typer.Typer(add_completion=False, help=__doc__)

@@ -30,9 +30,15 @@ from kairos_common.cli import (
 from kairos_common.config import load_config
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
-from simulator.cluster import DEFAULT_CLIENT_PATIENCE_S, control_levels
+from simulator.cluster import DEFAULT_CLIENT_PATIENCE_S
 from simulator.errors import SimulatorError
-from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset, with_num_levels
+from simulator.presets import (
+    DEFAULT_PRESET,
+    PRESET_NAMES,
+    control_levels,
+    get_preset,
+    with_num_levels,
+)
 from simulator.runner import SimResult, SimSpec, result_json, run_many, run_sim, write_jsonl
 
 log = structlog.get_logger()

@@ -32,7 +32,6 @@ from controllers import (
     ControlDecision,
     FleetBudget,
     FleetBudgetConfig,
-    FrequencyLevels,
     InstanceLoad,
     InstancePower,
     InstanceSnapshot,
@@ -42,7 +41,6 @@ from controllers import (
     ReassignmentConfig,
     ReassignmentRule,
     kairos_config_for,
-    levels_for,
     make_controller,
     make_placement_policy,
 )
@@ -64,7 +62,7 @@ from simulator.engine_types import EngineEvent, EngineRequest, RequestFinished, 
 from simulator.gpu import SimulatedGpu
 from simulator.instance import SimInstance
 from simulator.power import PowerModel
-from simulator.presets import Preset
+from simulator.presets import Preset, control_levels
 from simulator.timing import TimingModel
 from simulator.workload import AgentProgram, Workload
 
@@ -99,20 +97,6 @@ class ClusterConfig:
     client_patience_s: float | None = DEFAULT_CLIENT_PATIENCE_S
     """How long a held session's client keeps asking before the session fails
     (:meth:`Cluster.drop_impatient`); None: clients wait for as long as it takes."""
-
-
-def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
-    """Levels a policy controls: the configured KAIROS range for adaptive
-    policies; every supported clock for fixed/no-control baselines (so
-    ``fixed:900`` really locks 900 MHz)."""
-    c = preset.control
-    return levels_for(
-        policy,
-        preset.gpu.supported_clocks_mhz,
-        floor_mhz=c.levels_floor_mhz,
-        ceiling_mhz=c.levels_ceiling_mhz,
-        num_levels=c.num_levels,
-    )
 
 
 class Cluster:
@@ -514,44 +498,6 @@ class Cluster:
         return [outcome.decisions[inst.name] for inst in self.instances]
 
     def _close_epoch(self, inst: SimInstance, t: float) -> None:
-        d = inst.decision
-        assert d is not None
-        energy = inst.engine.energy_j_at(t)
-        c = inst.engine.counters
         self.epochs.append(
-            EpochRecord(
-                t_s=t,
-                instance=inst.name,
-                epoch=inst.epoch,
-                epoch_s=self.epoch_s,
-                policy=self.policy_name,
-                target_clock_mhz=d.clock_mhz,
-                actual_clock_mhz=inst.gpu.clock_at(t),
-                energy_j=energy - inst.energy_mark_j,
-                avg_power_w=(energy - inst.energy_mark_j) / self.epoch_s,
-                usage_tokens=d.usage_tokens,
-                capacity_tokens=d.capacity_tokens,
-                ongoing=len(inst.ongoing),
-                pending=len(inst.pending),
-                min_throughput_tok_s=d.min_throughput_tok_s,
-                boost=d.boost,
-                deferred=d.defer_admissions,
-                admitted=len(d.admit),
-                reason=d.reason,
-                run=self.config.run,
-                output_tokens=c.generation_tokens - inst.gen_mark,
-                preemptions=c.preemptions - inst.pre_mark,
-            )
+            inst.close_epoch(t, self.epoch_s, self.policy_name, self.config.run, self.energy)
         )
-        eng = inst.engine
-        since = min((s.req.arrival_s for s in (*eng.running, *eng.waiting)), default=None)
-        self.energy.close(
-            inst.name,
-            energy - inst.energy_mark_j,
-            t,
-            in_flight_since_s=since,
-            start_s=t - self.epoch_s,
-        )
-        inst.energy_mark_j = energy
-        inst.gen_mark = c.generation_tokens
-        inst.pre_mark = c.preemptions

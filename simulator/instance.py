@@ -9,6 +9,8 @@ every request), and what vLLM reports about each finished request.
 from __future__ import annotations
 
 from controllers import ControlDecision, Controller, InstanceLoad, RequestObservation
+from controllers.energy_attribution import EnergyAccountant
+from reporting.records import EpochRecord
 from simulator.agents import SimAgent
 from simulator.engine import Engine
 from simulator.engine_types import RequestFinished
@@ -107,3 +109,49 @@ class SimInstance:
     def unfinished_agents(self) -> list[SimAgent]:
         """Agents admitted here or held for here: sessions not finished (yet)."""
         return [*self.ongoing.values(), *self.pending]
+
+    def close_epoch(
+        self, t: float, epoch_s: float, policy: str, run: str, energy: EnergyAccountant
+    ) -> EpochRecord:
+        """End this instance's epoch at ``t``: its record (what a daemon would write),
+        with the energy measured since the last one handed to the attribution."""
+        d = self.decision
+        assert d is not None
+        energy_j = self.engine.energy_j_at(t)
+        c = self.engine.counters
+        record = EpochRecord(
+            t_s=t,
+            instance=self.name,
+            epoch=self.epoch,
+            epoch_s=epoch_s,
+            policy=policy,
+            target_clock_mhz=d.clock_mhz,
+            actual_clock_mhz=self.gpu.clock_at(t),
+            energy_j=energy_j - self.energy_mark_j,
+            avg_power_w=(energy_j - self.energy_mark_j) / epoch_s,
+            usage_tokens=d.usage_tokens,
+            capacity_tokens=d.capacity_tokens,
+            ongoing=len(self.ongoing),
+            pending=len(self.pending),
+            min_throughput_tok_s=d.min_throughput_tok_s,
+            boost=d.boost,
+            deferred=d.defer_admissions,
+            admitted=len(d.admit),
+            reason=d.reason,
+            run=run,
+            output_tokens=c.generation_tokens - self.gen_mark,
+            preemptions=c.preemptions - self.pre_mark,
+        )
+        eng = self.engine
+        since = min((s.req.arrival_s for s in (*eng.running, *eng.waiting)), default=None)
+        energy.close(
+            self.name,
+            energy_j - self.energy_mark_j,
+            t,
+            in_flight_since_s=since,
+            start_s=t - epoch_s,
+        )
+        self.energy_mark_j = energy_j
+        self.gen_mark = c.generation_tokens
+        self.pre_mark = c.preemptions
+        return record

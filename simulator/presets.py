@@ -14,7 +14,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS
+from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS, FrequencyLevels
+from controllers.registry import levels_for
 from simulator.errors import PresetError
 
 
@@ -190,6 +191,20 @@ def with_num_levels(preset: Preset, num_levels: int | None) -> Preset:
         )
     control = dataclasses.replace(preset.control, num_levels=num_levels)
     return dataclasses.replace(preset, control=control)
+
+
+def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
+    """Levels a policy controls: the configured KAIROS range for adaptive
+    policies; every supported clock for fixed/no-control baselines (so
+    ``fixed:900`` really locks 900 MHz)."""
+    c = preset.control
+    return levels_for(
+        policy,
+        preset.gpu.supported_clocks_mhz,
+        floor_mhz=c.levels_floor_mhz,
+        ceiling_mhz=c.levels_ceiling_mhz,
+        num_levels=c.num_levels,
+    )
 
 
 def scaled(preset: Preset, *, timing: float = 1.0, power: float = 1.0) -> Preset:

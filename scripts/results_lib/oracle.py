@@ -34,7 +34,8 @@ from typing import Any
 from controllers import ControlDecision, FrequencyLevels, InstanceSnapshot
 from reporting.metrics import summarize
 from scripts.results_lib.runs import Metrics, metrics_of
-from simulator.cluster import Cluster, control_levels
+from simulator.cluster import Cluster
+from simulator.presets import control_levels
 from simulator.runner import SimSpec, build_arrivals, build_workload, cluster_config, run_sim
 
 COMPLETION_FLOOR = 0.98

@@ -11,8 +11,7 @@ from typer.testing import CliRunner
 from kairos_cli.main import build_app
 from reporting.metrics import SPEC_JSON_KEYS
 from simulator.cli import summary_table
-from simulator.cluster import control_levels
-from simulator.presets import get_preset, with_num_levels
+from simulator.presets import control_levels, get_preset, with_num_levels
 from simulator.runner import SimSpec, run_sim
 from tests.simulator.conftest import DATA
 
