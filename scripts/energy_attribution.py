@@ -29,7 +29,7 @@ from simulator.cluster import Cluster
 from simulator.energy_truth import EnergyTruth
 from simulator.presets import DEFAULT_PRESET, PRESET_NAMES, get_preset
 from simulator.runner import SimSpec, build_arrivals, build_workload, cluster_config
-from simulator.timing import work_weights
+from simulator.timing import TimingModel
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "claude-code-dev.jsonl"
 
@@ -74,7 +74,7 @@ def run(
     config = dataclasses.replace(cluster_config(spec), run=sc.name)
     cluster = Cluster(spec.preset, config, build_workload(spec), build_arrivals(spec))
     if weights == "preset":
-        cluster.energy = EnergyAccountant(weights=work_weights(spec.preset.timing))
+        cluster.energy = EnergyAccountant(weights=TimingModel(spec.preset.timing).work_weights())
     truths = []
     for inst in cluster.instances:
         inst.engine.truth = EnergyTruth(inst.engine.timing)
@@ -123,7 +123,7 @@ def main() -> None:
         default="default",
         choices=("default", "preset"),
         help="attribution weights: the router's built-in ones, or derived from the "
-        "preset's GPU and model (simulator.timing.work_weights)",
+        "preset's GPU and model (TimingModel.work_weights)",
     )
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()

@@ -29,7 +29,7 @@ from controllers.energy_attribution import WorkWeights
 from simulator.presets import TimingParams
 
 TYPICAL_BATCH = 8
-"""Sequences decoding together at which :func:`work_weights` linearises a MoE step."""
+"""Sequences decoding together at which :meth:`TimingModel.work_weights` linearises a MoE step."""
 
 
 class StepCost(NamedTuple):
@@ -88,6 +88,29 @@ class TimingModel:
             if len(self._expert_cache) < 20_000:
                 self._expert_cache[tokens] = cached
         return cached
+
+    def work_weights(self, batch: int = TYPICAL_BATCH) -> WorkWeights:
+        """The energy-attribution weights an operator would configure for this GPU
+        and model (docs/energy.md, "Weights for your model"), at the reference clock.
+
+        From the architecture alone: a decode step shares the host overhead, the
+        fixed kernels and the weights every token reads; each decoded token adds the
+        experts it routes to and reads its own KV cache; a prefill costs its GEMMs
+        and attention pairs. A MoE step's expert reads are linearised at ``batch``
+        sequences: one more token adds ``E(batch + 1) − E(batch)`` distinct experts
+        (0 for a dense model), and the rest of the batch's experts are shared.
+        """
+        p = self.params
+        experts = self.distinct_experts(batch)
+        added = self.distinct_experts(batch + 1) - experts
+        shared_bytes = p.base_weight_bytes + (experts - batch * added) * p.expert_weight_bytes
+        return WorkWeights(
+            prefill_s_per_token=p.prefill_s_per_token,
+            attn_s_per_pair=p.attn_s_per_pair,
+            step_shared_s=p.cpu_overhead_s + p.gpu_fixed_s + shared_bytes * self._weight_s_per_byte,
+            token_s=added * p.expert_weight_bytes * self._weight_s_per_byte,
+            kv_s_per_token=self._kv_s_per_token,
+        )
 
     def mem_slowdown(self, clock_mhz: float) -> float:
         """Memory-bound kernels: ~flat above the knee, ∝ 1/f below it."""
@@ -189,30 +212,3 @@ class TimingModel:
     @staticmethod
     def _elapsed(a: float, dmem: float, k: int) -> float:
         return k * a + dmem * k * (k - 1) / 2.0
-
-
-def work_weights(params: TimingParams, batch: int = TYPICAL_BATCH) -> WorkWeights:
-    """The energy-attribution weights an operator would configure for this GPU and
-    model (docs/energy.md, "Weights for your model"), at the reference clock.
-
-    From the architecture alone: a decode step shares the host overhead, the
-    fixed kernels and the weights every token reads; each decoded token adds the
-    experts it routes to and reads its own KV cache; a prefill costs its GEMMs and
-    attention pairs. A MoE step's expert reads are linearised at ``batch``
-    sequences: a further token adds ``E'(batch)`` distinct experts (0 for a dense
-    model), and what the batch's experts cost beyond that is shared.
-    """
-    p = params
-    s_per_byte = 1.0 / (p.mem_bw_bytes_s * p.weight_bw_efficiency)
-    n, k = p.num_experts, p.experts_per_token
-    miss = 1.0 - k / n
-    experts = n * (1.0 - miss**batch)
-    marginal = -n * math.log(miss) * miss**batch if miss > 0.0 else 0.0
-    shared_bytes = p.base_weight_bytes + (experts - batch * marginal) * p.expert_weight_bytes
-    return WorkWeights(
-        prefill_s_per_token=p.prefill_s_per_token,
-        attn_s_per_pair=p.attn_s_per_pair,
-        step_shared_s=p.cpu_overhead_s + p.gpu_fixed_s + shared_bytes * s_per_byte,
-        token_s=marginal * p.expert_weight_bytes * s_per_byte,
-        kv_s_per_token=p.kv_bytes_per_token / (p.mem_bw_bytes_s * p.kv_bw_efficiency),
-    )

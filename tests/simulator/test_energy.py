@@ -12,7 +12,7 @@ from simulator.cluster import Cluster, ClusterConfig
 from simulator.energy_truth import EnergyTruth
 from simulator.engine_types import EngineRequest
 from simulator.presets import get_preset
-from simulator.timing import work_weights
+from simulator.timing import TimingModel
 from simulator.workload import AgentProgram, Turn
 from tests.simulator.conftest import ListWorkload, drain, list_agent, make_engine, small_preset
 
@@ -115,7 +115,7 @@ def test_weights_derived_for_a_dense_model_attribute_it_better_than_the_defaults
     sets in ``[energy_weights]``) take away more than half of that bias; what is
     left is the work model's (a compute-bound prefill step draws more power than a
     memory-bound decode step, and the weights count seconds)."""
-    derived = work_weights(get_preset("h100-nvl-dense-32b").timing)
+    derived = TimingModel(get_preset("h100-nvl-dense-32b").timing).work_weights()
     assert derived.token_s == 0.0  # dense: no experts, every weight read is shared
     default, fitted = _by_kind(None), _by_kind(derived)
     for kind in ("p", "d"):
@@ -127,7 +127,7 @@ def test_weights_derived_for_a_dense_model_attribute_it_better_than_the_defaults
 
 
 def test_derived_weights_share_a_moe_step_more_as_the_batch_grows() -> None:
-    timing = get_preset().timing
-    small, large = work_weights(timing, batch=2), work_weights(timing, batch=32)
+    timing = TimingModel(get_preset().timing)
+    small, large = timing.work_weights(batch=2), timing.work_weights(batch=32)
     assert small.token_s > large.token_s > 0.0  # a further token touches fewer new experts
     assert small.step_shared_s < large.step_shared_s
