@@ -10,7 +10,7 @@ against the truth and how far the parts' sum is from the measured energy::
 
     .venv/bin/python -m scripts.energy_attribution            # docs/energy.md table
     .venv/bin/python -m scripts.energy_attribution --hours 0.5 --only paper-1
-    .venv/bin/python -m scripts.energy_attribution --preset h100-nvl-dense-32b --weights preset
+    .venv/bin/python -m scripts.energy_attribution --preset h100-nvl-dense-32b --weights builtin
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controllers.energy_attribution import EnergyAccountant
+from controllers.energy_attribution import EnergyAccountant, WorkWeights
 from reporting.metrics import percentile
 from simulator.cluster import Cluster
 from simulator.energy_truth import EnergyTruth
@@ -56,11 +56,12 @@ def run(
     seed: int,
     policy: str,
     preset: str = DEFAULT_PRESET,
-    weights: str = "default",
+    weights: str = "preset",
 ) -> dict[str, float | str]:
-    """One simulated run; the comparison's numbers. ``weights``: ``default`` (the
-    router's built-in weights, as the simulator uses) or ``preset`` (derived from
-    the preset's GPU and model, as ``[energy_weights]`` would be configured)."""
+    """One simulated run; the comparison's numbers. ``weights``: ``preset`` (the
+    preset's ``energy_weights``, as the simulator attributes), ``builtin`` (the
+    router's built-in weights, whatever the model) or ``derived`` (from the
+    preset's timing, :meth:`TimingModel.work_weights`)."""
     started = time.perf_counter()
     spec = SimSpec(
         preset=get_preset(preset),
@@ -73,8 +74,13 @@ def run(
     )
     config = dataclasses.replace(cluster_config(spec), run=sc.name)
     cluster = Cluster(spec.preset, config, build_workload(spec), build_arrivals(spec))
-    if weights == "preset":
-        cluster.energy = EnergyAccountant(weights=TimingModel(spec.preset.timing).work_weights())
+    if weights != "preset":
+        chosen = (
+            WorkWeights()
+            if weights == "builtin"
+            else TimingModel(spec.preset.timing).work_weights()
+        )
+        cluster.energy = EnergyAccountant(weights=chosen)
     truths = []
     for inst in cluster.instances:
         inst.engine.truth = EnergyTruth(inst.engine.timing)
@@ -120,10 +126,10 @@ def main() -> None:
     ap.add_argument("--preset", default=DEFAULT_PRESET, choices=PRESET_NAMES)
     ap.add_argument(
         "--weights",
-        default="default",
-        choices=("default", "preset"),
-        help="attribution weights: the router's built-in ones, or derived from the "
-        "preset's GPU and model (TimingModel.work_weights)",
+        default="preset",
+        choices=("preset", "builtin", "derived"),
+        help="attribution weights: the preset's (as the simulator uses), the router's "
+        "built-in ones, or derived from the preset's timing",
     )
     ap.add_argument("--json", type=Path, help="also write the rows here")
     args = ap.parse_args()

@@ -152,8 +152,9 @@ class Cluster:
         self._placements = 0
         self._by_request: dict[str, SimAgent] = {}
         # Per-agent energy, attributed from each epoch's measured energy by the
-        # router's code (docs/energy.md); agent records get it at the end of the run.
-        self.energy = EnergyAccountant()
+        # router's code (docs/energy.md), weighed as configured for the preset's
+        # model; agent records get it at the end of the run.
+        self.energy = EnergyAccountant(weights=preset.energy_weights or timing.work_weights())
         self._req_ids = itertools.count()
 
     # ------------------------------------------------------------ main loop

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from controllers.energy_attribution import WorkWeights
 from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS, FrequencyLevels
 from controllers.registry import levels_for
 from simulator.errors import PresetError
@@ -117,12 +118,17 @@ class Preset:
     engine: EngineParams = field(default_factory=EngineParams)
     gpu: GpuParams = field(default_factory=GpuParams)
     control: ControlParams = field(default_factory=ControlParams)
+    energy_weights: WorkWeights | None = None
+    """The router's ``[energy_weights]`` as an operator would set them for this
+    model (docs/energy.md); None: derived from the timing
+    (:meth:`simulator.timing.TimingModel.work_weights`)."""
 
 
 def _presets() -> dict[str, Preset]:
     h100 = Preset(
         name="h100-nvl-qwen3-30b",
         description="H100 NVL 400 W, Qwen3-Coder-30B-A3B FP8, vLLM V1 (the paper's testbed)",
+        energy_weights=WorkWeights(),  # the router's built-in weights are this model's
     )
     gb80 = dataclasses.replace(
         h100,
@@ -160,6 +166,7 @@ def _presets() -> dict[str, Preset]:
         ),
         # 93.1 GiB · 0.90 − 31 GiB of weights − 5 GiB ≈ 47.8 GiB at 256 KiB per token.
         engine=dataclasses.replace(h100.engine, kv_capacity_tokens=195_584, max_model_len=131_072),
+        energy_weights=None,  # derived for this model, not the MoE model's
     )
     return {p.name: p for p in (h100, gb80, small, dense)}
 

@@ -131,3 +131,14 @@ def test_derived_weights_share_a_moe_step_more_as_the_batch_grows() -> None:
     small, large = timing.work_weights(batch=2), timing.work_weights(batch=32)
     assert small.token_s > large.token_s > 0.0  # a further token touches fewer new experts
     assert small.step_shared_s < large.step_shared_s
+
+
+def test_the_simulator_weighs_work_as_configured_for_the_presets_model() -> None:
+    def weights_of(preset: str) -> WorkWeights:
+        config = ClusterConfig(policy="kairos", duration_s=10.0)
+        return Cluster(get_preset(preset), config, ListWorkload([]), []).energy.weights
+
+    assert weights_of("h100-nvl-qwen3-30b") == WorkWeights()  # the built-in ones are its
+    assert weights_of("h100-80gb-qwen3-30b") == WorkWeights()  # the same model
+    dense = TimingModel(get_preset("h100-nvl-dense-32b").timing).work_weights()
+    assert weights_of("h100-nvl-dense-32b") == dense != WorkWeights()
