@@ -69,6 +69,8 @@ class VllmMetrics:
     prompt_tokens_total: int | None = None
     generation_tokens_total: int | None = None
     engines: tuple[str, ...] = ()
+    model_names: tuple[str, ...] = ()
+    """The served model names its series carry (vLLM's ``model_name`` label)."""
 
     @property
     def usage_tokens(self) -> int | None:
@@ -154,6 +156,7 @@ def parse_vllm_metrics(text: str) -> VllmMetrics:
             break
 
     engines = sorted({s.labels["engine"] for s in samples if "engine" in s.labels})
+    models = sorted({s.labels["model_name"] for s in samples if s.labels.get("model_name")})
     return VllmMetrics(
         metrics_enabled=True,
         capacity_tokens=capacity if capacity and capacity > 0 else None,
@@ -165,4 +168,5 @@ def parse_vllm_metrics(text: str) -> VllmMetrics:
         prompt_tokens_total=_sum(samples, "vllm:prompt_tokens_total"),
         generation_tokens_total=_sum(samples, "vllm:generation_tokens_total"),
         engines=tuple(engines),
+        model_names=tuple(models),
     )

@@ -50,6 +50,7 @@ class HealthChecker:
         self._last_metrics_s: dict[str, float] = {}
         self._bad_metrics: set[str] = set()
         self._failed: set[str] = set()
+        self._warned_models: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     async def check_once(self) -> None:
         """One round over all instances (also what tests call instead of waiting).
@@ -140,11 +141,32 @@ class HealthChecker:
                 hint="vLLM runs with --disable-log-stats; set admission.capacity_tokens",
             )
         inst.metrics_enabled = parsed.metrics_enabled
+        if parsed.model_names and parsed.model_names != inst.served_models:
+            inst.served_models = parsed.model_names
+            self._check_models()
         learned = parsed.capacity_tokens
         if learned and learned != inst.metrics_capacity_tokens:
             inst.metrics_capacity_tokens = learned
             log.info("instance_capacity", instance=inst.name, capacity_tokens=learned)
             self._pump(inst)
+
+    def _check_models(self) -> None:
+        """Warn, once per combination, when the instances serve different models.
+
+        Placement and admission weigh contexts, not model names: an agent placed on
+        an instance that does not serve its model gets vLLM's 404. One router
+        fronts one model (docs/router.md).
+        """
+        served = {i.name: i.served_models for i in self._pool if i.served_models}
+        if len(set(served.values())) > 1:
+            key = tuple(sorted(served.items()))
+            if key != self._warned_models:
+                self._warned_models = key
+                log.warning(
+                    "backends_serve_different_models",
+                    models={name: list(m) for name, m in served.items()},
+                    hint="one router fronts one model: run a router per model",
+                )
 
     async def run(self) -> None:
         interval = self._timeouts.health_interval_s

@@ -37,10 +37,12 @@ class Instance:
     clock_mhz: int | None = None
     boost: bool = False
     breaker_open: bool = False
+    """Set by :mod:`router.breaker` after consecutive timeouts/5xx."""
     last_answered_s: float | None = None
     """When this instance last answered a proxied request (status < 500): a backend
     busy serving may answer a health probe late without being down."""
-    """Set by :mod:`router.breaker` after consecutive timeouts/5xx."""
+    served_models: tuple[str, ...] = ()
+    """The model names its ``/metrics`` carry (empty: not known)."""
 
     @property
     def eligible(self) -> bool:
@@ -78,6 +80,7 @@ class Instance:
             "daemon_id": self.daemon_id,
             "clock_mhz": self.clock_mhz,
             "boost": self.boost,
+            "models": list(self.served_models),
             "defer_admissions": self.decision_defer,
         }
 

@@ -129,11 +129,16 @@ class FakeBackend:
 
     async def _metrics(self, _r: web.Request) -> web.Response:
         cap = self.behaviour.capacity_tokens
-        lines = ["# TYPE vllm:num_requests_running gauge", "vllm:num_requests_running 0.0"]
+        model = f'model_name="{self.behaviour.model}"'
+        lines = [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{model}}} 0.0",
+        ]
         if cap is not None:
             lines += [
                 "# TYPE vllm:cache_config_info gauge",
-                f'vllm:cache_config_info{{block_size="16",kv_cache_size_tokens="{cap}"}} 1.0',
+                f'vllm:cache_config_info{{{model},block_size="16",'
+                f'kv_cache_size_tokens="{cap}"}} 1.0',
             ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
 

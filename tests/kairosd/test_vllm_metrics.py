@@ -25,6 +25,7 @@ def test_parses_capacity_usage_queue_and_counters() -> None:
     assert (m.num_running, m.num_waiting) == (7, 2)
     assert (m.preemptions_total, m.generation_tokens_total, m.prompt_tokens_total) == (3, 1234, 99)
     assert m.engines == ("0",)
+    assert m.model_names == ("fake",)
 
 
 def test_legacy_names_fall_back_to_blocks_times_block_size() -> None:

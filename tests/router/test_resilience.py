@@ -10,6 +10,7 @@ from pathlib import Path
 import aiohttp
 import openai
 import pytest
+from structlog.testing import capture_logs
 
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import CHAT, StartRouter, agent_key, control, start_agent
@@ -279,3 +280,27 @@ async def test_late_health_probes_of_an_instance_answering_nothing_mark_it_unhea
         assert await _health_status(router) == 503
     finally:
         backend.behaviour.health_gate.set()
+
+
+async def test_backends_serving_different_models_are_reported_once(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    """One router fronts one model: the model names in the backends' /metrics are
+    listed per instance, and a fleet that mixes them is warned about, once."""
+    backend2.behaviour.model = "other-model"
+    router = await make_router([backend.url, backend2.url])
+    with capture_logs() as logs:
+        for _ in range(3):
+            await router.health.check_once()
+            for inst in router.core.pool:
+                await router.health.scrape_metrics(inst)
+    warned = [e for e in logs if e["event"] == "backends_serve_different_models"]
+    assert len(warned) == 1
+    assert warned[0]["models"] == {"i0": ["fake-model"], "i1": ["other-model"]}
+    models = {i["name"]: i["models"] for i in router.core.instances_json()}
+    assert models == {"i0": ["fake-model"], "i1": ["other-model"]}
+    backend2.behaviour.model = "fake-model"  # fixed: silence
+    with capture_logs() as logs:
+        for inst in router.core.pool:
+            await router.health.scrape_metrics(inst)
+    assert not [e for e in logs if e["event"] == "backends_serve_different_models"]
