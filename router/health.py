@@ -158,7 +158,9 @@ class HealthChecker:
         fronts one model (docs/router.md).
         """
         served = {i.name: i.served_models for i in self._pool if i.served_models}
-        if len(set(served.values())) > 1:
+        if len(set(served.values())) <= 1:
+            self._warned_models = ()  # agreeing (again): a later mix is warned anew
+        else:
             key = tuple(sorted(served.items()))
             if key != self._warned_models:
                 self._warned_models = key

@@ -304,3 +304,8 @@ async def test_backends_serving_different_models_are_reported_once(
         for inst in router.core.pool:
             await router.health.scrape_metrics(inst)
     assert not [e for e in logs if e["event"] == "backends_serve_different_models"]
+    backend2.behaviour.model = "other-model"  # mixed again: warned again
+    with capture_logs() as logs:
+        for inst in router.core.pool:
+            await router.health.scrape_metrics(inst)
+    assert len([e for e in logs if e["event"] == "backends_serve_different_models"]) == 1
