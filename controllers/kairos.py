@@ -74,6 +74,12 @@ class KairosConfig:
     levels buy a decode step almost nothing. It saves about 3 points of power on
     the Claude Code trace and costs attainment where the fleet is overloaded, so it
     is off by default: Eq. 9 as is."""
+    idle_contexts_offloaded: bool = False
+    """The engine keeps idle contexts in host memory (vLLM's CPU KV tier,
+    ``--kv-offloading-size``; docs/control-law.md, point 13): a context the GPU
+    evicts comes back as a copy, not a recompute, so ``U ≥ γ·U_max`` made of idle
+    sessions is no pressure; only the active agents' contexts are
+    (:meth:`KairosController.under_pressure`)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
@@ -237,7 +243,11 @@ class KairosController:
         """Must contexts drain here? Agents are held here (with fleet admission that
         means no instance has room) or ``U ≥ γ·U_max`` (the instance has stopped
         admitting). Then the paper's law stands: every context counts towards
-        Eq. 9 (point 6) and the long-context ceiling lifts (point 12)."""
+        Eq. 9 (point 6) and the long-context ceiling lifts (point 12). With
+        ``idle_contexts_offloaded`` only the active agents' contexts press (point 13)."""
+        if self.config.idle_contexts_offloaded and snapshot.usage_tokens is None:
+            now = snapshot.now_s
+            usage = sum(self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now))
         return bool(snapshot.pending) or usage >= self.config.gamma * snapshot.capacity_tokens
 
     def long_context_work(self, snapshot: InstanceSnapshot) -> bool:

@@ -88,8 +88,8 @@ def run(
     policy: Annotated[
         str | None,
         Opt(
-            help="kairos, kairos-paper, kairos-no-ta, predictive, no-control, fixed:MHZ. "
-            "Default kairos."
+            help="kairos, kairos-paper, kairos-no-ta, kairos-offload, predictive, no-control, "
+            "fixed:MHZ. Default kairos."
         ),
     ] = None,
     require_control: Annotated[

@@ -66,7 +66,7 @@ from scripts.results_lib.plan import full_plan
 from scripts.results_lib.runs import Metrics, run_metrics
 from scripts.results_lib.variants import with_variant
 from simulator.errors import PresetError, WorkloadError
-from simulator.presets import with_num_levels
+from simulator.presets import with_kv_offload, with_num_levels
 from simulator.runner import SimSpec
 from simulator.workload_trace import load_trace
 
@@ -84,6 +84,8 @@ class Fleet(NamedTuple):
     num_levels: int | None
     trace: Path | None = None
     """Sessions to replay (``scripts.split_trace`` folds); None: the dev trace."""
+    kv_offload_gib: float = 0.0
+    """vLLM's CPU KV tier per instance (``kairos sim --kv-offload-gib``); 0: off."""
 
 
 DEFAULT_FLEET = Fleet(INSTANCES, "consolidating", 1, None)
@@ -102,7 +104,9 @@ def cell_spec(fleet: Fleet, policy: str, rate: float, cell: Cell) -> SimSpec:
         instances=fleet.instances,
         placement=fleet.placement,
         arrival_offset_s=epoch_s * phase / fleet.phases,
-        preset=with_num_levels(spec.preset, fleet.num_levels),
+        preset=with_kv_offload(
+            with_num_levels(spec.preset, fleet.num_levels), fleet.kv_offload_gib
+        ),
     )
     if fleet.trace is not None:
         spec = dataclasses.replace(spec, workload=f"trace:{fleet.trace}")
@@ -203,11 +207,17 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         help="clock levels of the adaptive policies (kairosd run --num-levels; default 8)",
     )
+    ap.add_argument(
+        "--kv-offload-gib",
+        type=float,
+        default=0.0,
+        help="GiB of vLLM's CPU KV tier per instance (kairos sim --kv-offload-gib; 0: off)",
+    )
     args = ap.parse_args(argv)
     if args.phases < 1:
         ap.error("--phases must be >= 1")
     try:
-        with_num_levels(SimSpec().preset, args.num_levels)
+        with_kv_offload(with_num_levels(SimSpec().preset, args.num_levels), args.kv_offload_gib)
     except PresetError as exc:
         ap.error(str(exc))
     if args.trace is not None:
@@ -229,7 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [(s, k) for s in seed_range for k in range(args.phases)]
     keys = [(p, r, s) for r in rates for p in policies for s in seeds]
     with ProcessPoolExecutor(args.jobs) as pool:
-        fleet = Fleet(args.instances, args.placement, args.phases, args.num_levels, args.trace)
+        fleet = Fleet(
+            args.instances,
+            args.placement,
+            args.phases,
+            args.num_levels,
+            args.trace,
+            args.kv_offload_gib,
+        )
         run = functools.partial(_run, fleet)
         res: dict[Key, Metrics] = dict(pool.map(run, keys))
     print(

@@ -37,6 +37,7 @@ from simulator.presets import (
     PRESET_NAMES,
     control_levels,
     get_preset,
+    with_kv_offload,
     with_num_levels,
 )
 from simulator.runner import SimResult, SimSpec, result_json, run_many, run_sim, write_jsonl
@@ -66,6 +67,7 @@ class SimCliConfig:
     arrivals: Path | None = None
     arrival_offset_s: float = 0.0
     num_levels: int | None = None
+    kv_offload_gib: float = 0.0
     out: Path = Path("sim-out")
     plots: bool = True
     processes: int = 0
@@ -83,7 +85,9 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
         slo_tok_s=cfg.slo,
         seed=cfg.seed,
         placement=cfg.placement,
-        preset=with_num_levels(get_preset(cfg.preset), cfg.num_levels),
+        preset=with_kv_offload(
+            with_num_levels(get_preset(cfg.preset), cfg.num_levels), cfg.kv_offload_gib
+        ),
         epoch_s=cfg.epoch_s,
         think_cap_s=cfg.think_cap_s,
         client_patience_s=cfg.client_patience_s or None,
@@ -214,8 +218,8 @@ HELP: dict[str, str] = {
     "duration_s": "simulated seconds (default 10800 = 3 h)",
     "instances": "vLLM instances, one GPU each (default 1)",
     "slo": "per-agent SLO τ in tokens/s, Eq. 4 (default 20)",
-    "policy": "kairos (default) | kairos-paper | kairos-no-ta | predictive | no-control | "
-    "fixed:MHZ",
+    "policy": "kairos (default) | kairos-paper | kairos-no-ta | kairos-offload | predictive "
+    "| no-control | fixed:MHZ",
     "compare": "comma-separated policies run side by side on identical arrivals",
     "seed": "seed of arrivals and workload (default 1)",
     "preset": f"GPU/model preset (default {DEFAULT_PRESET}): {', '.join(PRESET_NAMES)}",
@@ -232,6 +236,8 @@ HELP: dict[str, str] = {
     "arrival_offset_s": "shift every arrival by this many seconds (default 0): where the "
     "control epochs fall against the workload; a result that moves with it is the policy's "
     "own chaos",
+    "kv_offload_gib": "GiB of host memory per instance for vLLM's CPU KV tier "
+    "(vllm serve --kv-offloading-backend native --kv-offloading-size; default 0: off)",
     "num_levels": "clock levels the adaptive policies use, evenly spaced over the preset's "
     "range (default from the preset: 8), as kairosd run --num-levels",
     "out": "directory for JSONL records and PNGs (default sim-out)",
@@ -264,6 +270,7 @@ def register(app: typer.Typer) -> None:
         arrivals: Annotated[Path | None, Opt(help=HELP["arrivals"])] = None,
         arrival_offset_s: Annotated[float | None, Opt(help=HELP["arrival_offset_s"])] = None,
         num_levels: Annotated[int | None, Opt(help=HELP["num_levels"])] = None,
+        kv_offload_gib: Annotated[float | None, Opt(help=HELP["kv_offload_gib"])] = None,
         out: Annotated[Path | None, Opt(help=HELP["out"])] = None,
         plots: Annotated[bool | None, Opt(help=HELP["plots"])] = None,
         processes: Annotated[int | None, Opt(help=HELP["processes"])] = None,
@@ -294,6 +301,7 @@ def register(app: typer.Typer) -> None:
             "arrivals": arrivals,
             "arrival_offset_s": arrival_offset_s,
             "num_levels": num_levels,
+            "kv_offload_gib": kv_offload_gib,
             "out": out,
             "plots": plots,
             "processes": processes,

@@ -51,6 +51,7 @@ from simulator.engine_types import (
 )
 from simulator.errors import EngineError
 from simulator.gpu import SimulatedGpu
+from simulator.kv_offload import CpuKvTier
 from simulator.kvcache import KvCache
 from simulator.power import PowerModel
 from simulator.presets import EngineParams
@@ -77,7 +78,14 @@ class Engine:
         self.timing = timing
         self.power = power
         self.gpu = gpu
-        self.kv = KvCache(params.kv_capacity_tokens, params.block_size)
+        tier = (
+            CpuKvTier(params.kv_offload_tokens, params.block_size)
+            if params.kv_offload_tokens > 0
+            else None
+        )
+        self.kv = KvCache(params.kv_capacity_tokens, params.block_size, tier)
+        self.load_tokens = 0
+        """Tokens loaded from the CPU tier by the step being scheduled (its stall)."""
         self.counters = EngineCounters()
         self.emit_progress = emit_progress
         self.fast_forward = fast_forward
@@ -239,9 +247,10 @@ class Engine:
         bs = self._bs
         head = self.waiting[0]
         hit = self._hit_blocks(head)
+        load = self.load_blocks(head, hit)
         budget = self.params.max_num_batched_tokens - len(self.running)
-        chunk = min(head.total - hit * bs, budget)
-        need = -(-(hit * bs + chunk) // bs) - hit
+        chunk = min(head.total - (hit + load) * bs, budget)
+        need = -(-((hit + load) * bs + chunk) // bs) - hit
         return need > self.kv.available_blocks - hit
 
     def _hit_blocks(self, seq: _Seq) -> int:
@@ -249,6 +258,23 @@ class Engine:
         if seq.computed > 0 or not seq.req.cache_key:
             return 0
         return min(self.kv.cached_of(seq.req.cache_key), max(seq.prefix_limit, 0) // self._bs)
+
+    def load_blocks(self, seq: _Seq, hit: int) -> int:
+        """Blocks of a waiting ``seq``'s prefix beyond the GPU's ``hit`` that the CPU
+        tier holds: loaded rather than computed when it is admitted (0 without a tier)."""
+        tier = self.kv.tier
+        if tier is None or seq.computed > 0 or not seq.req.cache_key:
+            return 0
+        held = min(tier.blocks_of(seq.req.cache_key), max(seq.prefix_limit, 0) // self._bs)
+        return max(0, held - hit)
+
+    def with_load(self, cost: StepCost) -> StepCost:
+        """The step's cost with the CPU-tier loads it admitted, as a stall."""
+        if not self.load_tokens:
+            return cost
+        extra = self.timing.load_s(self.load_tokens)
+        self.load_tokens = 0
+        return cost._replace(mem_s=cost.mem_s + extra, time_s=cost.time_s + extra)
 
     def next_order(self) -> int:
         """Stamp for a sequence entering ``running`` (running order is ascending)."""

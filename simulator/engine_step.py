@@ -92,6 +92,7 @@ def reference_step(eng: Engine) -> Step:
         prefill_tokens=prefill,
         attn_pairs=pairs,
     )
+    cost = eng.with_load(cost)
     end = eng.now_s + cost.time_s
     eng.counters.prefill_computed_tokens += prefill
     progress = eng.emit_progress
@@ -192,6 +193,7 @@ def cohort_step(eng: Engine) -> Step | None:
         prefill_tokens=prefill,
         attn_pairs=pairs,
     )
+    cost = eng.with_load(cost)
     end = eng.now_s + cost.time_s
     counters = eng.counters
     counters.prefill_computed_tokens += prefill
@@ -237,7 +239,8 @@ def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) ->
     while waiting and budget > 0 and len(eng.running) < max_seqs:
         seq = waiting[0]
         hit = eng._hit_blocks(seq)
-        base = hit * bs if seq.computed == 0 else seq.computed
+        load = eng.load_blocks(seq, hit)
+        base = (hit + load) * bs if seq.computed == 0 else seq.computed
         n = min(seq.total - base, budget)
         need = -(-(base + n) // bs) - (hit if seq.computed == 0 else seq.blocks)
         if need > kv.available_blocks - hit:
@@ -247,12 +250,14 @@ def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) ->
             if seq.req.cache_key:
                 hit = kv.claim(seq.req.cache_key, hit)
             seq.blocks = hit
-            seq.computed = hit * bs
+            seq.computed = (hit + load) * bs
+            if load:
+                _load(eng, seq.req.cache_key, load)
             if seq.hit_tokens < 0:
                 seq.hit_tokens = seq.computed
                 c.prompt_tokens += seq.req.prompt_tokens
             c.prefix_queried_tokens += seq.total
-            c.prefill_reused_tokens += seq.computed
+            c.prefill_reused_tokens += hit * bs
             upto = seq.recompute_upto // bs * bs
             c.recomputed_tokens += max(0, upto - seq.computed)
         if not kv.allocate(need):  # cannot happen: checked above
@@ -263,6 +268,15 @@ def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) ->
         scheduled.append((seq, n))
         budget -= n
     return budget
+
+
+def _load(eng: Engine, key: str, blocks: int) -> None:
+    """A prefix comes back from the CPU tier: counted, and charged to the step."""
+    tokens = blocks * eng._bs
+    if eng.kv.tier is not None:
+        eng.kv.tier.load(key, blocks)
+    eng.counters.loaded_tokens += tokens
+    eng.load_tokens += tokens
 
 
 def _preempt(eng: Engine, seq: Seq, events: list[EngineEvent]) -> None:

@@ -83,6 +83,8 @@ class EngineCounters:
     generation_tokens: int = 0  # [vllm:generation_tokens]
     prefill_computed_tokens: int = 0
     prefill_reused_tokens: int = 0  # [vllm:prefix_cache_hits]
+    loaded_tokens: int = 0
+    """Prefix tokens loaded from the CPU tier instead of computed (KV offloading)."""
     prefix_queried_tokens: int = 0  # [vllm:prefix_cache_queries]
     recomputed_tokens: int = 0
     preemptions: int = 0  # [vllm:num_preemptions]

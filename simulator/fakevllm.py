@@ -39,7 +39,7 @@ from simulator.engine_types import (
 from simulator.gpu import SimulatedGpu
 from simulator.power import PowerModel
 from simulator.presets import DEFAULT_MODEL as DEFAULT_MODEL
-from simulator.presets import Preset, get_preset
+from simulator.presets import Preset, get_preset, with_kv_offload
 from simulator.realtime import RealtimeEngine
 from simulator.timing import TimingModel
 
@@ -60,6 +60,8 @@ class FakeVllmConfig:
     stream_tick_s: float = 0.05
     kv_capacity_tokens: int | None = None
     """Override the preset's KV capacity (small caches reach pressure quickly)."""
+    kv_offloading_size_gib: float = 0.0
+    """vLLM's ``--kv-offloading-size``: a CPU KV tier of this many GiB (0: none)."""
 
 
 class FakeVllm:
@@ -79,6 +81,9 @@ class FakeVllm:
                 self.preset.engine, kv_capacity_tokens=config.kv_capacity_tokens
             )
             self.preset = dataclasses.replace(self.preset, engine=engine_params)
+        self.preset = with_kv_offload(
+            self.preset, config.kv_offloading_size_gib, "--kv-offloading-size"
+        )
         p = self.preset
         gpu = SimulatedGpu(p.gpu)
         engine = Engine(

@@ -101,6 +101,10 @@ def register(app: typer.Typer) -> None:
         kv_capacity_tokens: int | None = typer.Option(
             None, help="Override the preset's KV cache capacity in tokens."
         ),
+        kv_offloading_size: float = typer.Option(
+            0.0,
+            help="GiB of CPU KV tier, like vLLM's --kv-offloading-size (0: none).",
+        ),
         log_level: LogLevelOpt = None,
         log_json: LogJsonOpt = None,
     ) -> None:
@@ -127,6 +131,7 @@ def register(app: typer.Typer) -> None:
                 enable_prompt_tokens_details=enable_prompt_tokens_details,
                 disable_log_stats=disable_log_stats,
                 kv_capacity_tokens=kv_capacity_tokens,
+                kv_offloading_size_gib=kv_offloading_size,
             )
             fake = FakeVllm(cfg)
             check_can_listen(host, port, "--port")

@@ -7,6 +7,10 @@ least recently released context first, from its tail, exactly like V1's free
 queue (a freed request's blocks are appended tail-first), so a partly evicted
 context keeps a reusable prefix.
 
+With a CPU tier (vLLM's KV offloading, :mod:`simulator.kv_offload`) every
+context released is also stored there, so what the GPU evicts can be loaded
+back instead of computed again.
+
 Invariant (tested): ``free + cached + owned == total`` at every step.
 """
 
@@ -14,10 +18,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from simulator.kv_offload import CpuKvTier
+
 
 class KvCache:
-    def __init__(self, capacity_tokens: int, block_size: int) -> None:
+    def __init__(
+        self, capacity_tokens: int, block_size: int, tier: CpuKvTier | None = None
+    ) -> None:
         self.block_size = block_size
+        self.tier = tier
         self.total_blocks = capacity_tokens // block_size
         self.free_blocks = self.total_blocks
         self.cached_blocks = 0
@@ -81,3 +90,5 @@ class KvCache:
         if keep > 0:
             self._cached[key] = keep
             self.cached_blocks += keep
+            if self.tier is not None:
+                self.tier.store(key, keep)

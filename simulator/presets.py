@@ -12,6 +12,7 @@ very same engine.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from controllers.energy_attribution import WorkWeights
@@ -55,6 +56,10 @@ class TimingParams:
     """Below this SM clock memory-bound kernels slow down ∝ 1/f."""
     mem_slope_above_knee: float = 0.04
     """Residual clock sensitivity of memory-bound work above the knee."""
+    h2d_bytes_s: float = 25e9
+    """Host-to-GPU copy rate of the CPU KV tier (``EngineParams.kv_offload_tokens``):
+    PCIe Gen5 x16 peaks at 64 GB/s; vLLM gathers scattered 16-token blocks, so
+    less than half is assumed (a 100K-token context loads in 0.4 s)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +93,10 @@ class EngineParams:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     max_model_len: int = 262_144
+    kv_offload_tokens: int = 0
+    """Host-memory tier of the prefix cache, in tokens (vLLM's
+    ``--kv-offloading-size`` GiB · 2^30 / KV bytes per token; 0: off, vLLM's
+    default). :mod:`simulator.kv_offload`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +207,19 @@ def with_num_levels(preset: Preset, num_levels: int | None) -> Preset:
         )
     control = dataclasses.replace(preset.control, num_levels=num_levels)
     return dataclasses.replace(preset, control=control)
+
+
+def with_kv_offload(preset: Preset, gib: float, flag: str = "--kv-offload-gib") -> Preset:
+    """``preset`` with vLLM's CPU KV tier of ``gib`` GiB of host memory
+    (``vllm serve --kv-offloading-backend native --kv-offloading-size GIB``); 0
+    keeps the preset's (off). :mod:`simulator.kv_offload`."""
+    if not (math.isfinite(gib) and 0 <= gib <= 65536):
+        raise PresetError(f"{flag} {gib}: expected 0 (off) to 65536 GiB")
+    if gib == 0:
+        return preset
+    tokens = int(gib * 2**30 // preset.timing.kv_bytes_per_token)
+    engine = dataclasses.replace(preset.engine, kv_offload_tokens=tokens)
+    return dataclasses.replace(preset, engine=engine)
 
 
 def control_levels(preset: Preset, policy: str) -> FrequencyLevels:

@@ -126,6 +126,11 @@ class TimingModel:
         p = self.params
         return p.ref_clock_mhz / min(max(clock_mhz, 1.0), p.compute_cap_mhz)
 
+    def load_s(self, tokens: int) -> float:
+        """Copying ``tokens`` of KV back from the CPU tier (clock-independent: PCIe)."""
+        p = self.params
+        return tokens * p.kv_bytes_per_token / p.h2d_bytes_s if tokens > 0 else 0.0
+
     def weight_s(self, tokens: int) -> float:
         """Weight-streaming time of a step with ``tokens`` tokens at the reference
         clock (cached per token count, like :meth:`distinct_experts`)."""

@@ -203,3 +203,17 @@ async def test_client_disconnect_aborts_request(
         async with aiohttp.ClientSession() as s, s.get(f"{url}/health"):
             pass
     assert not fake.engine.running and parsed.metrics_enabled
+
+
+def test_kv_offloading_size_gives_the_fake_a_cpu_tier() -> None:
+    """``--kv-offloading-size 64`` as on vLLM: the engine keeps evicted contexts in a
+    64 GiB host tier; a bad size is refused naming the flag."""
+    from simulator.errors import PresetError
+
+    fake = FakeVllm(FakeVllmConfig(kv_offloading_size_gib=64.0))
+    tier = fake.rt.engine.kv.tier
+    assert tier is not None
+    assert tier.capacity_blocks * tier.block_size == pytest.approx(64 * 2**30 / 98_304, abs=16)
+    assert FakeVllm(FakeVllmConfig()).rt.engine.kv.tier is None
+    with pytest.raises(PresetError, match="--kv-offloading-size"):
+        FakeVllm(FakeVllmConfig(kv_offloading_size_gib=-1.0))

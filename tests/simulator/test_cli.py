@@ -98,6 +98,22 @@ def test_num_levels_sets_the_adaptive_policies_levels(tmp_path: Path) -> None:
     assert set(fixed["time_at_clock_s"]) == {"900"}
 
 
+def test_kv_offload_gives_the_engines_a_cpu_tier(tmp_path: Path) -> None:
+    """``--kv-offload-gib 64`` is vLLM's ``--kv-offloading-size 64``: every instance
+    gets a host tier of 64 GiB / 96 KiB per token, and the JSON says so."""
+    res = CliRunner().invoke(
+        build_app(),
+        ["sim", "--workload", f"trace:{DATA / 'claude-code-sample.jsonl'}", "--policy",
+         "kairos-offload", "--kv-offload-gib", "64", "--rate", "0.05", "--duration-s", "600",
+         "--out", str(tmp_path), "--no-plots", "--json"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["policy"] == "kairos-offload"
+    assert out["kv_offload_tokens"] == 64 * 2**30 // get_preset().timing.kv_bytes_per_token
+    assert isinstance(out["loaded_tokens"], int)  # the tier's loads are reported
+
+
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     app = build_app()
     for args, needle in (
@@ -112,6 +128,8 @@ def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
         (["--arrival-offset-s", "inf"], "--arrival-offset-s"),
         (["--num-levels", "1"], "--num-levels"),
         (["--num-levels", "100000"], "--num-levels"),  # more than the preset's clocks
+        (["--kv-offload-gib", "-1"], "--kv-offload-gib"),
+        (["--kv-offload-gib", "nan"], "--kv-offload-gib"),
         (["--workload", f"trace:{tmp_path / 'missing.jsonl'}"], "cannot read trace"),
     ):
         res = CliRunner().invoke(
