@@ -9,19 +9,12 @@ import dataclasses
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controllers import AgentView, FrequencyLevels, InstanceSnapshot, KairosConfig, KairosController
+from controllers import AgentView, InstanceSnapshot, KairosConfig, KairosController
 from controllers.registry import kairos_config_for, make_controller
+from tests.controllers.test_kairos_busy_ceiling import CAP, LEVELS, NOW
+from tests.controllers.test_kairos_busy_ceiling import CFG as CEILING
 
-LEVELS = FrequencyLevels((600, 800, 1000, 1200, 1400))
-NOW = 100.0
-CAP = 200_000
-CFG = KairosConfig(
-    busy_floor_mhz=900,
-    busy_floor_context_tokens=50_000,
-    prefill_boost_tokens=None,
-    busy_ceiling=True,
-    idle_contexts_offloaded=True,
-)
+CFG = dataclasses.replace(CEILING, idle_contexts_offloaded=True)
 
 
 def _active(aid: str, ctx: int) -> AgentView:
