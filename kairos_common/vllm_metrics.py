@@ -71,6 +71,10 @@ class VllmMetrics:
     engines: tuple[str, ...] = ()
     model_names: tuple[str, ...] = ()
     """The served model names its series carry (vLLM's ``model_name`` label)."""
+    kv_offloading_gib: float | None = None
+    """GiB of CPU KV tier (``--kv-offloading-size``, the ``kv_offloading_size`` label
+    of ``cache_config_info``): 0.0 when vLLM says it has none, None when it does
+    not say (older vLLM)."""
 
     @property
     def usage_tokens(self) -> int | None:
@@ -116,6 +120,23 @@ def _capacity_of(sample: Sample) -> tuple[int, str] | None:
     except (KeyError, ValueError):
         return None
     return blocks * block_size, "num_gpu_blocks*block_size"
+
+
+def _offloading_gib(samples: Iterable[Sample]) -> float | None:
+    """Total ``kv_offloading_size`` over the engines' ``cache_config_info`` (vLLM
+    writes ``None`` when it has no tier); None when no engine carries the label."""
+    sizes = [s.labels["kv_offloading_size"] for s in samples if "kv_offloading_size" in s.labels]
+    if not sizes:
+        return None
+    total = 0.0
+    for raw in sizes:
+        if raw in ("", "None"):
+            continue
+        try:
+            total += _label_int(raw)
+        except ValueError:
+            return None  # unreadable: unknown, not "no tier"
+    return total
 
 
 def _label_int(raw: str) -> int:
@@ -169,4 +190,5 @@ def parse_vllm_metrics(text: str) -> VllmMetrics:
         generation_tokens_total=_sum(samples, "vllm:generation_tokens_total"),
         engines=tuple(engines),
         model_names=tuple(models),
+        kv_offloading_gib=_offloading_gib(s for s in samples if s.name == _CACHE_INFO),
     )

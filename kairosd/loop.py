@@ -32,6 +32,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import structlog
 
 from controllers.errors import ControllerError
+from controllers.registry import kairos_config_for
 from controllers.types import ControlDecision, Controller
 from kairos_common.vllm_metrics import VllmMetrics
 from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
@@ -42,6 +43,7 @@ from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.gpu.observe import ObserveBackend
 from kairosd.gpu_reset import reset_clocks, wait_gpu_idle
 from kairosd.metrics import DaemonMetrics
+from kairosd.offload_check import OffloadCheck
 from kairosd.power_report import GpuTotals, OpenEpoch, close_epoch
 from kairosd.sdnotify import Notifier
 from kairosd.snapshot import EpochInputs, agent_counts, build_snapshot, resolve_capacity
@@ -129,6 +131,8 @@ class Daemon:
         self.cap = ClockCap()
         self.energy_total_j = 0.0
         """Measured energy of every closed epoch since start (sent to the router)."""
+        expects = kairos_config_for(config.policy, config.kairos).idle_contexts_offloaded
+        self.offload_check = OffloadCheck(config.policy, expects)
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -172,6 +176,7 @@ class Daemon:
             )
             return None
         self._input_ok(self._vllm_in, "vllm", scraped)
+        self.offload_check.observe(scraped.kv_offloading_gib)
         return scraped
 
     async def _read_gpus(self) -> list[GpuStatus] | None:

@@ -116,6 +116,9 @@ class VllmState:
     prompt_tokens_total: int = 0
     mode: str = "ok"
     legacy_names: bool = False
+    kv_offloading_size: str | None = None
+    """The ``kv_offloading_size`` label as vLLM writes it (``"None"``, ``"192.0"``);
+    None leaves the label out (older vLLM)."""
 
 
 def vllm_metrics_text(s: VllmState) -> str:
@@ -128,6 +131,8 @@ def vllm_metrics_text(s: VllmState) -> str:
         else f'block_size="16",engine="0",kv_cache_size_tokens="{s.capacity_tokens}",'
         f'num_gpu_blocks="{s.capacity_tokens // 16}"'
     )
+    if s.kv_offloading_size is not None:
+        cap += f',kv_offloading_size="{s.kv_offloading_size}"'
     return "\n".join(
         [
             "# TYPE vllm:cache_config_info gauge",

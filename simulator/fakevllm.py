@@ -187,11 +187,24 @@ class _EngineCollector(Collector):
                 "num_gpu_blocks",
                 "kv_cache_size_tokens",
                 "gpu_memory_utilization",
+                "kv_offloading_size",
+                "kv_offloading_backend",
             ],
         )
         blocks = eng.capacity_tokens // p.block_size
+        gib = f.config.kv_offloading_size_gib
         info.add_metric(
-            [str(p.block_size), "auto", "True", str(blocks), str(eng.capacity_tokens), "0.9"], 1.0
+            [
+                str(p.block_size),
+                "auto",
+                "True",
+                str(blocks),
+                str(eng.capacity_tokens),
+                "0.9",
+                str(gib) if gib else "None",  # vLLM's str() of an unset size
+                "native",
+            ],
+            1.0,
         )
         out.append(info)
         return out

@@ -8,6 +8,7 @@ import aiohttp
 import openai
 import pytest
 from aiohttp import web
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kairos_common.simgpu import SimGpuState
@@ -215,5 +216,10 @@ def test_kv_offloading_size_gives_the_fake_a_cpu_tier() -> None:
     assert tier is not None
     assert tier.capacity_blocks * tier.block_size == pytest.approx(64 * 2**30 / 98_304, abs=16)
     assert FakeVllm(FakeVllmConfig()).rt.engine.kv.tier is None
+    # ... and says so in /metrics as vLLM does (cache_config_info's kv_offloading_size).
+    text = generate_latest(fake.registry).decode()
+    assert parse_vllm_metrics(text).kv_offloading_gib == 64.0
+    plain = generate_latest(FakeVllm(FakeVllmConfig()).registry).decode()
+    assert parse_vllm_metrics(plain).kv_offloading_gib == 0.0
     with pytest.raises(PresetError, match="--kv-offloading-size"):
         FakeVllm(FakeVllmConfig(kv_offloading_size_gib=-1.0))

@@ -70,3 +70,14 @@ def test_disabled_log_stats_is_detected() -> None:
 def test_malformed_text_raises_parse_error() -> None:
     with pytest.raises(MetricsParseError):
         parse_vllm_metrics('vllm:kv_cache_usage_perc{engine="0" 0.5 oops\n')
+
+
+@pytest.mark.parametrize(
+    ("label", "gib"),
+    [(None, None), ("None", 0.0), ("192.0", 192.0), ("64", 64.0), ("nan", None), ("-5", None)],
+)
+def test_cpu_kv_tier_from_cache_config_info(label: str | None, gib: float | None) -> None:
+    """vLLM's ``kv_offloading_size`` label: absent (older vLLM) is unknown, ``None``
+    is no tier, a size is GiB; an unreadable one is unknown, never "no tier"."""
+    state = VllmState(capacity_tokens=16_000, kv_offloading_size=label)
+    assert parse_vllm_metrics(vllm_metrics_text(state)).kv_offloading_gib == gib
