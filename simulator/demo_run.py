@@ -62,6 +62,8 @@ class DemoConfig:
     """Half an H100 NVL's cache for this model: with two instances and the paper's
     agents at 0.06/s the cache gets busy (admission control has work to do)
     without spending the whole demo past capacity."""
+    kv_offloading_size_gib: float = 0.0
+    """A CPU KV tier on every fake vLLM (vLLM's ``--kv-offloading-size``); 0: none."""
 
 
 @dataclass(slots=True)
@@ -171,6 +173,7 @@ async def run_policy(
         slo_tok_s=cfg.slo_tok_s,
         placement=cfg.placement,
         kv_capacity_tokens=cfg.kv_capacity_tokens,
+        kv_offloading_size_gib=cfg.kv_offloading_size_gib,
     )
     window_real_s = (cfg.window_s + cfg.drain_s) / cfg.speedup
     async with running_stack(stack_cfg) as stack:

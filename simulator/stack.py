@@ -58,6 +58,8 @@ class StackConfig:
     epoch_s: float = 5.0
     placement: str = "consolidating"
     kv_capacity_tokens: int | None = None
+    kv_offloading_size_gib: float = 0.0
+    """Each fake vLLM's CPU KV tier (its ``--kv-offloading-size``); 0: none."""
     python: str = sys.executable
     startup_timeout_s: float = 60.0
     gpu_backend: str = "sim"
@@ -146,6 +148,11 @@ async def _start_vllm(stack: Stack, i: int) -> None:
                 []
                 if cfg.kv_capacity_tokens is None
                 else ["--kv-capacity-tokens", str(cfg.kv_capacity_tokens)]
+            ),
+            *(
+                ["--kv-offloading-size", str(cfg.kv_offloading_size_gib)]
+                if cfg.kv_offloading_size_gib
+                else []
             ),
         ],
     )
