@@ -133,9 +133,12 @@ def _offloading_gib(samples: Iterable[Sample]) -> float | None:
         if raw in ("", "None"):
             continue
         try:
-            total += _label_int(raw)
+            gib = float(raw)
         except ValueError:
             return None  # unreadable: unknown, not "no tier"
+        if not (math.isfinite(gib) and 0 <= gib <= _MAX_LABEL):
+            return None
+        total += gib
     return total
 
 

@@ -74,7 +74,15 @@ def test_malformed_text_raises_parse_error() -> None:
 
 @pytest.mark.parametrize(
     ("label", "gib"),
-    [(None, None), ("None", 0.0), ("192.0", 192.0), ("64", 64.0), ("nan", None), ("-5", None)],
+    [
+        (None, None),
+        ("None", 0.0),
+        ("192.0", 192.0),
+        ("0.5", 0.5),
+        ("nan", None),
+        ("-5", None),
+        ("lots", None),
+    ],
 )
 def test_cpu_kv_tier_from_cache_config_info(label: str | None, gib: float | None) -> None:
     """vLLM's ``kv_offloading_size`` label: absent (older vLLM) is unknown, ``None``
