@@ -236,6 +236,10 @@ class KairosController:
             or self.under_pressure(snapshot, usage)
         ):
             return usage
+        return self.active_usage(snapshot)
+
+    def active_usage(self, snapshot: InstanceSnapshot) -> int:
+        """The contexts of the agents :meth:`is_active` counts as working now."""
         now = snapshot.now_s
         return sum(self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now))
 
@@ -246,8 +250,7 @@ class KairosController:
         Eq. 9 (point 6) and the long-context ceiling lifts (point 12). With
         ``idle_contexts_offloaded`` only the active agents' contexts press (point 13)."""
         if self.config.idle_contexts_offloaded and snapshot.usage_tokens is None:
-            now = snapshot.now_s
-            usage = sum(self.agent_context(a) for a in snapshot.ongoing if self.is_active(a, now))
+            usage = self.active_usage(snapshot)
         return bool(snapshot.pending) or usage >= self.config.gamma * snapshot.capacity_tokens
 
     def long_context_work(self, snapshot: InstanceSnapshot) -> bool:

@@ -133,22 +133,24 @@ def _offloading_gib(samples: Iterable[Sample]) -> float | None:
         if raw in ("", "None"):
             continue
         try:
-            gib = float(raw)
+            total += _label_number(raw)
         except ValueError:
             return None  # unreadable: unknown, not "no tier"
-        if not (math.isfinite(gib) and 0 <= gib <= _MAX_LABEL):
-            return None
-        total += gib
     return total
 
 
-def _label_int(raw: str) -> int:
-    """A non-negative integer label (``"4096"`` or ``"4096.0"``); ValueError otherwise,
-    including for ``nan``/``inf`` and absurd sizes."""
+def _label_number(raw: str) -> float:
+    """A non-negative number label (``"192.0"``); ValueError otherwise, including
+    for ``nan``/``inf`` and absurd sizes."""
     value = float(raw)
     if not math.isfinite(value) or not 0 <= value <= _MAX_LABEL:
         raise ValueError(f"label value {raw!r} out of range")
-    return int(value)
+    return value
+
+
+def _label_int(raw: str) -> int:
+    """A non-negative integer label (``"4096"`` or ``"4096.0"``), as :func:`_label_number`."""
+    return int(_label_number(raw))
 
 
 def _sum(samples: Iterable[Sample], name: str) -> int | None:

@@ -246,27 +246,25 @@ class Engine:
             return True
         bs = self._bs
         head = self.waiting[0]
-        hit = self._hit_blocks(head)
-        load = self.load_blocks(head, hit)
+        hit, load = self.prefix_blocks(head)
         budget = self.params.max_num_batched_tokens - len(self.running)
         chunk = min(head.total - (hit + load) * bs, budget)
         need = -(-((hit + load) * bs + chunk) // bs) - hit
         return need > self.kv.available_blocks - hit
 
-    def _hit_blocks(self, seq: _Seq) -> int:
-        """Cached blocks a waiting ``seq`` would reuse if admitted now."""
-        if seq.computed > 0 or not seq.req.cache_key:
-            return 0
-        return min(self.kv.cached_of(seq.req.cache_key), max(seq.prefix_limit, 0) // self._bs)
-
-    def load_blocks(self, seq: _Seq, hit: int) -> int:
-        """Blocks of a waiting ``seq``'s prefix beyond the GPU's ``hit`` that the CPU
-        tier holds: loaded rather than computed when it is admitted (0 without a tier)."""
+    def prefix_blocks(self, seq: _Seq) -> tuple[int, int]:
+        """``(hit, load)``: blocks of a waiting ``seq``'s prefix it would reuse if
+        admitted now, from the GPU's cache and, beyond those, from the CPU tier
+        (loaded rather than computed; 0 without a tier)."""
+        key = seq.req.cache_key
+        if seq.computed > 0 or not key:
+            return 0, 0
+        limit = max(seq.prefix_limit, 0) // self._bs
+        hit = min(self.kv.cached_of(key), limit)
         tier = self.kv.tier
-        if tier is None or seq.computed > 0 or not seq.req.cache_key:
-            return 0
-        held = min(tier.blocks_of(seq.req.cache_key), max(seq.prefix_limit, 0) // self._bs)
-        return max(0, held - hit)
+        if tier is None:
+            return hit, 0
+        return hit, max(0, min(tier.blocks_of(key), limit) - hit)
 
     def with_load(self, cost: StepCost) -> StepCost:
         """The step's cost with the CPU-tier loads it admitted, as a stall."""

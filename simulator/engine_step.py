@@ -238,8 +238,7 @@ def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) ->
     max_seqs = eng.params.max_num_seqs
     while waiting and budget > 0 and len(eng.running) < max_seqs:
         seq = waiting[0]
-        hit = eng._hit_blocks(seq)
-        load = eng.load_blocks(seq, hit)
+        hit, load = eng.prefix_blocks(seq)
         base = (hit + load) * bs if seq.computed == 0 else seq.computed
         n = min(seq.total - base, budget)
         need = -(-(base + n) // bs) - (hit if seq.computed == 0 else seq.blocks)
