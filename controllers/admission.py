@@ -71,6 +71,37 @@ def admit_in_order(
     return tuple(admitted), u
 
 
+def active_now(
+    in_flight: bool, last_active_s: float | None, now_s: float, idle_after_s: float
+) -> bool:
+    """Is an agent working now: a request in flight, or one ended within
+    ``idle_after_s``? Unknown activity (no request ended yet) counts as active."""
+    return in_flight or last_active_s is None or now_s - last_active_s < idle_after_s
+
+
+def resident_tokens(contexts: Iterable[tuple[int, bool]], offload_tokens: int) -> int:
+    """The part of ``U`` that needs room in HBM, over ``(C_a, active)`` per agent.
+
+    An engine with a CPU KV tier (vLLM ``--kv-offloading-size``) keeps a copy of
+    every computed block in host memory and loads a prefix the GPU evicted back
+    instead of computing it again (0.4 s for 100K tokens over PCIe, against tens
+    of seconds of prefill). So the contexts of idle agents (no request in flight
+    for a while) that the tier can hold press on nothing: admitting beside them
+    costs a copy when they return, not a thrash. The tier also holds the active
+    contexts' blocks (it copies every block), so the idle ones get what is left:
+    ``U − min(idle, max(0, T − active))``. Without a tier (``T`` = 0) this is ``U``
+    (docs/control-law.md, point 13).
+    """
+    active = idle = 0
+    for tokens, is_active in contexts:
+        if is_active:
+            active += tokens
+        else:
+            idle += tokens
+    parked = min(idle, max(0, offload_tokens - active))
+    return active + idle - parked
+
+
 def new_agent_tokens(
     estimate_tokens: int | None, placeholder_tokens: int, limit_tokens: int
 ) -> int:
@@ -96,12 +127,22 @@ class InstanceGate:
     ``held`` counts agents already queued there; ``defer`` is its daemon's latest
     valid "defer admissions"; ``admission_control`` is False for policies that
     admit every agent at once (the router must not hold agents for them).
+    ``resident_tokens`` is the usage Eq. 13 admits against when the instance has a
+    CPU KV tier (:func:`resident_tokens`); None: ``load.usage_tokens``. Placement
+    still ranks instances by ``load`` (every context: each costs its instance a
+    copy or a recompute when it returns).
     """
 
     load: InstanceLoad
     held: int = 0
     defer: bool = False
     admission_control: bool = True
+    resident_tokens: int | None = None
+
+    @property
+    def admission_usage_tokens(self) -> int:
+        """The ``U`` Eq. 13 admits against here."""
+        return self.load.usage_tokens if self.resident_tokens is None else self.resident_tokens
 
 
 def admits_now(gate: InstanceGate, context_tokens: int, rule: AdmissionRule) -> bool:
@@ -111,7 +152,7 @@ def admits_now(gate: InstanceGate, context_tokens: int, rule: AdmissionRule) -> 
         return True  # (an agent that brings no context adds nothing to U: nothing to wait for)
     if gate.defer or gate.held > 0:
         return False
-    admitted, _ = admit_in_order(((".", context_tokens),), gate.load.usage_tokens, cap, rule)
+    admitted, _ = admit_in_order(((".", context_tokens),), gate.admission_usage_tokens, cap, rule)
     return bool(admitted)
 
 
@@ -190,7 +231,8 @@ def rehome_held(
         load = dataclasses.replace(
             gate.load, usage_tokens=gate.load.usage_tokens + size, active=True
         )
-        by_name[target] = dataclasses.replace(gate, load=load)
+        resident = None if gate.resident_tokens is None else gate.resident_tokens + size
+        by_name[target] = dataclasses.replace(gate, load=load, resident_tokens=resident)
     return tuple(moves)
 
 

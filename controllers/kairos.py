@@ -3,8 +3,9 @@
 The points the paper leaves open are named fields of :class:`KairosConfig`; see
 ``docs/control-law.md`` for the reasoning. The default departs from the paper in
 the fields the policy ``kairos-paper`` turns off (``activity_aware``,
-``boost_reachable_only``, ``prefill_boost_tokens``, ``busy_floor_mhz``; points
-6, 7, 9 and 11), and ``busy_ceiling`` (point 12) is an opt-in departure; the open
+``boost_reachable_only``, ``prefill_boost_tokens``, ``busy_floor_mhz``,
+``offload_aware``; points 6, 7, 9, 11 and 13, the last only where the engine has
+a CPU KV tier), and ``busy_ceiling`` (point 12) is an opt-in departure; the open
 points themselves:
 
 * ``new_agent_context_tokens`` (3000): size of an agent with no completed request
@@ -28,7 +29,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from controllers.admission import AdmissionRule, admit_in_order
+from controllers.admission import AdmissionRule, active_now, admit_in_order, resident_tokens
 from controllers.errors import InvalidConfigError, InvalidSnapshotError
 from controllers.frequency import FrequencyLevels
 from controllers.types import AgentView, ControlDecision, InstanceSnapshot
@@ -73,13 +74,16 @@ class KairosConfig:
     waiting and nothing presses (nobody held here, ``U < γ·U_max``), Eq. 9's higher
     levels buy a decode step almost nothing. It saves about 3 points of power on
     the Claude Code trace and costs attainment where the fleet is overloaded, so it
-    is off by default: Eq. 9 as is."""
-    idle_contexts_offloaded: bool = False
-    """The engine keeps idle contexts in host memory (vLLM's CPU KV tier,
-    ``--kv-offloading-size``; docs/control-law.md, point 13): a context the GPU
-    evicts comes back as a copy, not a recompute, so ``U ≥ γ·U_max`` made of idle
-    sessions is no pressure; only the active agents' contexts are
-    (:meth:`KairosController.under_pressure`)."""
+    is off by default: Eq. 9 as is. It applies anyway on an instance with a CPU KV
+    tier (``offload_aware``), where that overload does not thrash."""
+    offload_aware: bool = True
+    """Read the engine's CPU KV tier (``InstanceSnapshot.offload_tokens``; vLLM
+    ``--kv-offloading-size``; docs/control-law.md, point 13): idle contexts the tier
+    holds need no room in HBM, so Eq. 13 admits and the pressure test weighs only
+    the resident usage (:func:`controllers.admission.resident_tokens`), and the
+    long-context ceiling of point 12 applies, whose cost was the overload the tier
+    removes. Without a tier nothing changes. False: the tier is ignored (the
+    paper, policy ``kairos-paper``)."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
@@ -214,9 +218,7 @@ class KairosController:
         Unknown activity (an old router, no completed request) counts as active,
         which is the paper's law.
         """
-        if agent.in_flight or agent.last_active_s is None:
-            return True
-        return now_s - agent.last_active_s < self.config.idle_after_s
+        return active_now(agent.in_flight, agent.last_active_s, now_s, self.config.idle_after_s)
 
     def working_usage(self, snapshot: InstanceSnapshot) -> int:
         """The context Eq. 9 sets the clock from (docs/control-law.md, point 6).
@@ -238,6 +240,24 @@ class KairosController:
             return usage
         return self.active_usage(snapshot)
 
+    def offload_tokens(self, snapshot: InstanceSnapshot) -> int:
+        """The CPU KV tier this law counts on (0: none, or ``offload_aware`` off, or a
+        measured ``usage_tokens``, which carries no per-agent activity)."""
+        if not self.config.offload_aware or snapshot.usage_tokens is not None:
+            return 0
+        return max(0, snapshot.offload_tokens)
+
+    def resident_usage(self, snapshot: InstanceSnapshot, usage: int) -> int:
+        """``U`` less the idle contexts the CPU KV tier holds (point 13); ``usage``
+        itself without a tier."""
+        tier = self.offload_tokens(snapshot)
+        if tier == 0:
+            return usage
+        now = snapshot.now_s
+        return resident_tokens(
+            ((self.agent_context(a), self.is_active(a, now)) for a in snapshot.ongoing), tier
+        )
+
     def active_usage(self, snapshot: InstanceSnapshot) -> int:
         """The contexts of the agents :meth:`is_active` counts as working now."""
         now = snapshot.now_s
@@ -247,10 +267,9 @@ class KairosController:
         """Must contexts drain here? Agents are held here (with fleet admission that
         means no instance has room) or ``U ≥ γ·U_max`` (the instance has stopped
         admitting). Then the paper's law stands: every context counts towards
-        Eq. 9 (point 6) and the long-context ceiling lifts (point 12). With
-        ``idle_contexts_offloaded`` only the active agents' contexts press (point 13)."""
-        if self.config.idle_contexts_offloaded and snapshot.usage_tokens is None:
-            usage = self.active_usage(snapshot)
+        Eq. 9 (point 6) and the long-context ceiling lifts (point 12). With a CPU KV
+        tier only the resident usage presses (point 13)."""
+        usage = self.resident_usage(snapshot, usage)
         return bool(snapshot.pending) or usage >= self.config.gamma * snapshot.capacity_tokens
 
     def long_context_work(self, snapshot: InstanceSnapshot) -> bool:
@@ -295,7 +314,7 @@ class KairosController:
         clock and the boosts are never capped (the caller checks the level).
         """
         return (
-            self.config.busy_ceiling
+            (self.config.busy_ceiling or self.offload_tokens(snapshot) > 0)
             and not self.under_pressure(snapshot, usage)
             and not any(a.prefill_tokens > 0 for a in snapshot.ongoing)
         )
@@ -335,7 +354,7 @@ class KairosController:
         if boost:
             level = self.levels.count
             reason = "slo-boost"
-        admit, usage_after = self.admissions(snapshot, usage)
+        admit, usage_after = self.admissions(snapshot, self.resident_usage(snapshot, usage))
         defer = cfg.thrashing_avoidance and usage_after > cfg.beta * snapshot.capacity_tokens
         return ControlDecision(
             epoch=snapshot.epoch,
@@ -348,4 +367,5 @@ class KairosController:
             capacity_tokens=snapshot.capacity_tokens,
             min_throughput_tok_s=min_tput,
             reason=reason,
+            offload_tokens=self.offload_tokens(snapshot),
         )

@@ -2,8 +2,7 @@
 
 Names: ``kairos`` (activity-aware clock, docs/control-law.md point 6),
 ``kairos-paper`` (the paper-exact Algorithm 1), ``kairos-no-ta`` (thrashing
-avoidance off, for Fig. 10–11), ``kairos-offload`` (for vLLM with a CPU KV
-tier: no holding, long-context decode at the knee), ``predictive`` (online-model DVFS,
+avoidance off, for Fig. 10–11), ``predictive`` (online-model DVFS,
 ``docs/beyond.md``), ``no-control``, ``fixed:MHZ``.
 
 A policy is one row of :data:`POLICIES` (and a placement one of
@@ -90,21 +89,10 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
                 "boost_reachable_only": False,
                 "prefill_boost_tokens": None,
                 "busy_floor_mhz": None,
+                "offload_aware": False,
             },
         ),
         "kairos-no-ta": PolicySpec(_kairos, kairos_changes={"thrashing_avoidance": False}),
-        # For vLLM with its CPU KV tier (--kv-offloading-size): an evicted context
-        # is loaded back, not recomputed, so holding agents buys nothing, idle
-        # contexts are no pressure, and long-context decode is held at the knee
-        # (docs/control-law.md, point 13).
-        "kairos-offload": PolicySpec(
-            _kairos,
-            kairos_changes={
-                "thrashing_avoidance": False,
-                "idle_contexts_offloaded": True,
-                "busy_ceiling": True,
-            },
-        ),
         # Its own model prices prefill per level (docs/control-law.md, point 9) and
         # finds the efficient floor (its elasticity rule; point 11).
         "predictive": PolicySpec(

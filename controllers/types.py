@@ -52,6 +52,10 @@ class InstanceSnapshot:
     power_w: float | None = None
     observations: tuple[RequestObservation, ...] = ()
     """Recent finished requests (optional; only learning controllers use them)."""
+    offload_tokens: int = 0
+    """Tokens the engine's CPU KV tier holds (vLLM ``--kv-offloading-size``); 0: none.
+    Idle contexts the tier holds come back as a copy, not a recompute, so they need
+    no room in HBM (:func:`controllers.admission.resident_tokens`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +77,9 @@ class ControlDecision:
     fleet_conflict: bool = False
     """The fleet budget lowered this decision and meeting its cap needed an
     SLO-unsafe step (or was impossible)."""
+    offload_tokens: int = 0
+    """The snapshot's CPU KV tier, passed on so the router sizes admission by the
+    same resident usage (:func:`controllers.admission.resident_tokens`)."""
 
 
 class Controller(Protocol):

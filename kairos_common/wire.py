@@ -402,6 +402,12 @@ class AdmissionDecision:
     A message from a daemon that still sends the old ``extras`` map decodes;
     the map is ignored (the router then falls back to its throughput-scaled slack).
 
+    ``offload_tokens``: the instance's CPU KV tier as the daemon read it from vLLM
+    (0: none, or an old daemon); the router then admits against the resident usage
+    (:func:`controllers.admission.resident_tokens`; docs/control-law.md, point 13),
+    counting as idle the agents with no request for ``idle_after_s`` (the daemon's
+    ``[kairos] idle_after_s``, so both judge activity alike).
+
     Energy per agent (optional; docs/energy.md): ``energy_total_j`` is the GPU
     energy the instance measured from the daemon's start to the end of its last
     closed epoch — a monotone counter, so a lost message loses no joules (the
@@ -427,6 +433,8 @@ class AdmissionDecision:
     measured_clock_mhz: int | None = None
     min_throughput_tok_s: float | None = None
     energy_total_j: float | None = None
+    offload_tokens: int = 0
+    idle_after_s: float = 10.0
 
     @property
     def order_key(self) -> tuple[float, int]:
@@ -471,6 +479,8 @@ class AdmissionDecision:
             measured_clock_mhz=_get(obj, "measured_clock_mhz", int, None, lo=0, hi=MAX_MHZ),
             min_throughput_tok_s=_get(obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE),
             energy_total_j=_get(obj, "energy_total_j", float, None, lo=0, hi=MAX_ENERGY_J),
+            offload_tokens=_get(obj, "offload_tokens", int, 0, lo=0, hi=MAX_TOKENS),
+            idle_after_s=_get(obj, "idle_after_s", float, 10.0, lo=1e-3, hi=MAX_VALID_FOR_S),
         )
 
 

@@ -9,6 +9,7 @@ definition of each constant and its default.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,9 @@ ENV_PREFIX = "KAIROSD"
 # `--epoch-s 1` works without also having to pass two timeouts.
 DEFAULT_TIMEOUT_S = 1.0
 TIMEOUT_EPOCH_SHARE = 0.2
+DEFAULT_KV_BYTES_PER_TOKEN = 2 * 48 * 4 * 128 * 2  # Qwen3-Coder-30B-A3B, bf16
+MAX_KV_BYTES_PER_TOKEN = 2**24  # 16 MiB: far above any served model's
+MAX_KV_OFFLOADING_GIB = 2.0**20  # 1 PiB of host memory
 
 
 def derived_timeout_s(epoch_s: float) -> float:
@@ -45,6 +49,22 @@ def check_policy(name: str) -> str:
     if name not in POLICY_NAMES:
         raise ValueError(f"policy {name!r}: expected one of {', '.join(POLICY_NAMES)}")
     return name
+
+
+def check_kv_sizes(kv_bytes_per_token: int, kv_offloading_gib: float | None) -> None:
+    """The KV sizes that turn the CPU tier into tokens; ValueError if out of range."""
+    if not 0 < kv_bytes_per_token <= MAX_KV_BYTES_PER_TOKEN:
+        raise ValueError(
+            f"kv_bytes_per_token {kv_bytes_per_token}: expected bytes per token in "
+            f"1..{MAX_KV_BYTES_PER_TOKEN} (2 × layers × KV heads × head dim × dtype bytes)"
+        )
+    if kv_offloading_gib is None:
+        return
+    if not (math.isfinite(kv_offloading_gib) and 0 <= kv_offloading_gib <= MAX_KV_OFFLOADING_GIB):
+        raise ValueError(
+            f"kv_offloading_gib {kv_offloading_gib:g}: expected GiB in "
+            f"0..{MAX_KV_OFFLOADING_GIB:g} (0 = no tier), or unset to use vLLM's"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +93,16 @@ class KairosdConfig:
     ceiling_mhz: int | None = None
     num_levels: int | None = DEFAULT_NUM_LEVELS
     capacity_tokens: int | None = None
+    kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN
+    """Bytes of KV cache one token takes in the served model: 2 (K and V) × layers
+    × KV heads × head dim × dtype bytes. vLLM does not export it, and the daemon
+    needs it to turn the CPU KV tier's GiB (``--kv-offloading-size``) into the
+    tokens the control law counts. The default is Qwen3-Coder-30B-A3B in bf16
+    (2 × 48 × 4 × 128 × 2 = 98304), the paper's model and the simulator preset's."""
+    kv_offloading_gib: float | None = None
+    """The CPU KV tier in GiB, for a vLLM too old to report it (the
+    ``kv_offloading_size`` label of ``vllm:cache_config_info``); 0 = no tier.
+    None: use what vLLM reports."""
     listen_host: str = "127.0.0.1"
     listen_port: int | None = 9470
     report_path: Path | None = None
@@ -110,6 +140,7 @@ class KairosdConfig:
         check_log_level(self.log_level, "log_level")
         if self.capacity_tokens is not None and self.capacity_tokens <= 0:
             raise ValueError("capacity_tokens must be positive")
+        check_kv_sizes(self.kv_bytes_per_token, self.kv_offloading_gib)
 
     def resolved_router_token(self, env: Mapping[str, str] | None = None) -> str | None:
         """This instance's daemon credential: ``router_token``, else the file's

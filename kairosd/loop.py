@@ -43,7 +43,7 @@ from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.gpu.observe import ObserveBackend
 from kairosd.gpu_reset import reset_clocks, wait_gpu_idle
 from kairosd.metrics import DaemonMetrics
-from kairosd.offload_check import OffloadCheck
+from kairosd.offload_check import OffloadCheck, tier_unused_reason
 from kairosd.power_report import GpuTotals, OpenEpoch, close_epoch
 from kairosd.sdnotify import Notifier
 from kairosd.snapshot import EpochInputs, agent_counts, build_snapshot, resolve_capacity
@@ -131,8 +131,14 @@ class Daemon:
         self.cap = ClockCap()
         self.energy_total_j = 0.0
         """Measured energy of every closed epoch since start (sent to the router)."""
-        expects = kairos_config_for(config.policy, config.kairos).idle_contexts_offloaded
-        self.offload_check = OffloadCheck(config.policy, expects)
+        self.offload_check = OffloadCheck(
+            config.policy,
+            tier_unused_reason(controller, config.standalone),
+            config.kv_offloading_gib,
+            config.kv_bytes_per_token,
+        )
+        self.idle_after_s = kairos_config_for(config.policy, config.kairos).idle_after_s
+        """The law's activity window, sent with the tier so the router judges idle alike."""
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -176,7 +182,6 @@ class Daemon:
             )
             return None
         self._input_ok(self._vllm_in, "vllm", scraped)
-        self.offload_check.observe(scraped.kv_offloading_gib)
         return scraped
 
     async def _read_gpus(self) -> list[GpuStatus] | None:
@@ -208,10 +213,17 @@ class Daemon:
         )
         self._capacity_tokens = capacity
         stale = self._stale()
+        offload_tokens = self.offload_check.tokens(inputs.vllm)
+        self.metrics.observe_offload(offload_tokens)
         snap = None
         if capacity is not None:
             snap = build_snapshot(
-                self.epoch, inputs, capacity, self.config.standalone, self.applied_clock_mhz
+                self.epoch,
+                inputs,
+                capacity,
+                self.config.standalone,
+                self.applied_clock_mhz,
+                offload_tokens,
             )
         decision = None
         if snap is not None:
@@ -262,6 +274,8 @@ class Daemon:
             measured_clock_mhz=measured_mhz,
             min_throughput_tok_s=decision.min_throughput_tok_s,
             energy_total_j=self.energy_total_j,
+            offload_tokens=decision.offload_tokens,
+            idle_after_s=self.idle_after_s,
         )
         try:
             ack = await self.router.post_decision(msg)

@@ -29,6 +29,10 @@ class DaemonMetrics:
         self.actual_clock = gauge("kairosd_actual_clock_mhz", "Clock the GPU reported")
         self.usage = gauge("kairosd_usage_tokens", "U: context tokens of ongoing agents")
         self.capacity = gauge("kairosd_capacity_tokens", "U_max: KV token capacity")
+        self.offload = gauge(
+            "kairosd_offload_tokens",
+            "vLLM's CPU KV tier in tokens, as the law counts it (0 = none)",
+        )
         self.ongoing = gauge("kairosd_ongoing_agents", "Admitted agents on this instance")
         self.pending = gauge("kairosd_pending_agents", "Agents held at the router")
         self.boost = gauge("kairosd_boost", "1 while an SLO boost is active")
@@ -116,6 +120,9 @@ class DaemonMetrics:
         self.model_observations.labels(i).set(report.model_observations)
         if report.slo_slack is not None:
             self.slo_slack.labels(i).set(report.slo_slack)
+
+    def observe_offload(self, offload_tokens: int) -> None:
+        self.offload.labels(self.instance).set(offload_tokens)
 
     def observe_cap(self, cap_mhz: int | None, conflict: bool) -> None:
         self.clock_cap.labels(self.instance).set(cap_mhz or 0)

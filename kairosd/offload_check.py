@@ -1,60 +1,104 @@
-"""Does the policy match vLLM's CPU KV tier? Said once in the log, not enforced.
+"""Tell the operator which CPU KV tier the control law counts on, once per change.
 
-``kairos-offload`` (docs/control-law.md, point 13) admits every agent at once
-because vLLM copies an evicted context back from host memory instead of
-computing it again. Without that tier it thrashes as no control does (Claude
-Code trace, 0.008 sessions/s: 1170 preemptions against ``kairos``'s 31). The
-other way round, a tier left to ``kairos`` holds agents for nothing. vLLM says
-which it runs with in ``vllm:cache_config_info`` (label ``kv_offloading_size``,
-``None`` when unset), so the daemon can tell the operator; it does not switch
-policy itself, a choice that is the operator's and is made in its configuration.
+With a tier (vLLM ``--kv-offloading-size``) the default ``kairos`` policy stops
+counting idle contexts the tier holds towards admission (docs/control-law.md,
+point 13): a context vLLM evicts comes back as a copy from host memory, not a
+recompute, so holding its agent back buys nothing. That changes what the daemon
+admits, so the log says when the daemon starts or stops counting on a tier, and
+whether this policy uses it (``kairos-paper``, the baselines and standalone mode
+do not). Nothing is said while neither vLLM nor the configuration says.
 """
 
 from __future__ import annotations
 
 import structlog
 
+from controllers.kairos import KairosController
+from controllers.predictive import PredictiveController
+from controllers.types import Controller
+from kairos_common.vllm_metrics import VllmMetrics
+from kairos_common.wire import MAX_TOKENS
+from kairosd.config import DEFAULT_KV_BYTES_PER_TOKEN
+
 log = structlog.get_logger("kairosd.offload_check")
 
 
-def offload_mismatch(expects_tier: bool, tier_gib: float | None) -> str | None:
-    """The log event for a policy/tier mismatch, or None when they agree or vLLM
-    does not say (``tier_gib`` None: an older vLLM without the label)."""
-    if tier_gib is None:
-        return None
-    if expects_tier and tier_gib <= 0:
-        return "kv_offloading_missing"
-    if not expects_tier and tier_gib > 0:
-        return "kv_offloading_unused"
+def tier_unused_reason(controller: Controller, standalone: bool) -> str | None:
+    """Why ``controller`` ignores a CPU KV tier, or None when it counts on one."""
+    law = controller.kairos if isinstance(controller, PredictiveController) else controller
+    if not isinstance(law, KairosController):
+        return "this policy has no KAIROS admission: the tier is not used"
+    if not law.config.offload_aware:
+        return "this policy ignores the tier (offload_aware = false); policy kairos reads it"
+    if standalone:
+        return "standalone mode measures usage from vLLM: the tier is not used"
     return None
 
 
+def tier_hint(offload_tokens: int, unused_reason: str | None) -> str:
+    """One line on what the tier now changes."""
+    if offload_tokens == 0:
+        return "no CPU KV tier: every context counts towards admission"
+    if unused_reason is not None:
+        return unused_reason
+    return (
+        "idle contexts the tier holds do not count towards admission "
+        "(docs/control-law.md, point 13)"
+    )
+
+
+def offload_gib(override_gib: float | None, vllm: VllmMetrics | None) -> float | None:
+    """The CPU KV tier in GiB: the operator's override, else what vLLM last said
+    (None: neither says; 0.0: no tier)."""
+    if override_gib is not None:
+        return override_gib
+    return vllm.kv_offloading_gib if vllm is not None else None
+
+
+def offload_tokens_of(tier_gib: float | None, kv_bytes_per_token: int) -> int:
+    """Tokens a tier of ``tier_gib`` GiB holds (0 when there is none or nobody says)."""
+    if tier_gib is None or tier_gib <= 0:
+        return 0
+    return min(int(tier_gib * 2**30 // kv_bytes_per_token), MAX_TOKENS)
+
+
 class OffloadCheck:
-    """Logs a mismatch when it appears and again only after it has changed."""
+    """The tier in tokens each epoch; logs ``kv_offloading_tier`` when its size
+    changes (from none at start, so a tier vLLM never reports, or reports as
+    absent, is silent)."""
 
-    def __init__(self, policy: str, expects_tier: bool) -> None:
+    def __init__(
+        self,
+        policy: str,
+        unused_reason: str | None,
+        override_gib: float | None = None,
+        kv_bytes_per_token: int = DEFAULT_KV_BYTES_PER_TOKEN,
+    ) -> None:
         self.policy = policy
-        self.expects_tier = expects_tier
-        self._said: str | None = None
+        self.unused_reason = unused_reason
+        self.override_gib = override_gib
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self._said_tokens = 0
 
-    def observe(self, tier_gib: float | None) -> str | None:
-        """Check one scrape; returns the mismatch seen (None: none)."""
-        event = offload_mismatch(self.expects_tier, tier_gib)
-        if event is not None and event != self._said:
-            if event == "kv_offloading_missing":
-                log.warning(
-                    event,
-                    policy=self.policy,
-                    hint="vLLM has no CPU KV tier (--kv-offloading-size): this policy "
-                    "does not hold agents and will thrash; use policy kairos",
-                )
-            else:
-                log.info(
-                    event,
-                    policy=self.policy,
-                    kv_offloading_gib=tier_gib,
-                    hint="vLLM has a CPU KV tier: policy kairos-offload stops holding "
-                    "agents it does not need to hold (docs/control-law.md, point 13)",
-                )
-        self._said = event
-        return event
+    def tokens(self, vllm: VllmMetrics | None) -> int:
+        """This epoch's tier in tokens, from the override or the last good scrape
+        (held like every vLLM input while a scrape fails); logged when it changes."""
+        tier_gib = offload_gib(self.override_gib, vllm)
+        tokens = offload_tokens_of(tier_gib, self.kv_bytes_per_token)
+        self.observe(tier_gib, tokens)
+        return tokens
+
+    def observe(self, tier_gib: float | None, offload_tokens: int) -> bool:
+        """Check one epoch's tier; True when it changed and was logged."""
+        if offload_tokens == self._said_tokens:
+            return False
+        self._said_tokens = offload_tokens
+        log.info(
+            "kv_offloading_tier",
+            policy=self.policy,
+            kv_offloading_gib=tier_gib,
+            offload_tokens=offload_tokens,
+            used=offload_tokens > 0 and self.unused_reason is None,
+            hint=tier_hint(offload_tokens, self.unused_reason),
+        )
+        return True

@@ -72,17 +72,24 @@ def build_snapshot(
     capacity_tokens: int,
     standalone: bool,
     clock_mhz: int | None = None,
+    offload_tokens: int = 0,
 ) -> InstanceSnapshot | None:
     """The controller's view, or ``None`` when the mode's source is missing.
 
-    ``clock_mhz`` is the clock applied during the last epoch (None if unknown).
+    ``clock_mhz`` is the clock applied during the last epoch (None if unknown);
+    ``offload_tokens`` the CPU KV tier (:meth:`~kairosd.offload_check.OffloadCheck.tokens`;
+    0: none).
     """
     if standalone:
         usage = inputs.vllm.usage_tokens if inputs.vllm is not None else None
         if usage is None:
             return None
         return InstanceSnapshot(
-            now_s=inputs.now_s, epoch=epoch, capacity_tokens=capacity_tokens, usage_tokens=usage
+            now_s=inputs.now_s,
+            epoch=epoch,
+            capacity_tokens=capacity_tokens,
+            usage_tokens=usage,
+            offload_tokens=offload_tokens,
         )
     state = inputs.router
     if state is None:
@@ -95,6 +102,7 @@ def build_snapshot(
         pending=state.pending,
         clock_mhz=clock_mhz,
         observations=with_clock(state.observations, clock_mhz),
+        offload_tokens=offload_tokens,
     )
 
 

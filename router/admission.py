@@ -36,10 +36,12 @@ from controllers.admission import (
     HeldAgent,
     InstanceGate,
     Move,
+    active_now,
     admit_in_order,
     admits_now,
     new_agent_tokens,
     rehome_held,
+    resident_tokens,
 )
 from controllers.kairos import KairosController
 from controllers.placement import Consolidating, PlacementPolicy
@@ -112,15 +114,34 @@ class AdmissionService:
 
     def gate(self, inst: Instance) -> InstanceGate:
         """What fleet admission sees of ``inst`` (its daemon's latest valid decision
-        overrides the router's own view: no admission control, or defer)."""
-        fresh = inst.daemon_fresh(self.clock())
+        overrides the router's own view: no admission control, defer, or a CPU KV
+        tier whose idle contexts need no room)."""
+        now = self.clock()
+        fresh = inst.daemon_fresh(now)
         q = self.queues.get(inst.name)
         return InstanceGate(
             self.ledger.load_of(inst.name, inst.index, inst.capacity_tokens),
             held=len(q) if q else 0,
             defer=fresh and inst.decision_defer,
             admission_control=not fresh or inst.decision_admission_control,
+            resident_tokens=self._resident_tokens(inst, now) if fresh else None,
         )
+
+    def _resident_tokens(self, inst: Instance, now_s: float) -> int | None:
+        """``U`` less the idle contexts the instance's CPU KV tier holds, by the
+        daemon's rule and activity window (docs/control-law.md, point 13); None
+        without a tier. Only while the daemon is fresh: a stale one may describe a
+        vLLM since restarted, and the local fallback then holds as the paper does."""
+        tier = inst.decision_offload_tokens
+        if tier <= 0:
+            return None
+        idle_s = inst.decision_idle_after_s
+        contexts = [
+            (self.ledger.context_of(a), active_now(a.in_flight > 0, a.last_active_s, now_s, idle_s))
+            for a in map(self.ledger.get, self.ledger.ongoing_ids(inst.name))
+            if a is not None
+        ]
+        return resident_tokens(contexts, tier)
 
     def gates(self, exclude: Collection[str] = ()) -> list[InstanceGate]:
         """Gates of every eligible (healthy, not draining) instance."""
@@ -142,7 +163,7 @@ class AdmissionService:
         if gate.defer:
             return ()
         sizes = ((a.agent_id, self.ledger.context_of(a)) for a in agents)
-        admitted, _ = admit_in_order(sizes, gate.load.usage_tokens, cap, self.rule)
+        admitted, _ = admit_in_order(sizes, gate.admission_usage_tokens, cap, self.rule)
         return admitted
 
     def rehome(self) -> tuple[Move, ...]:
@@ -306,6 +327,8 @@ class AdmissionService:
         inst.decision_valid_until_s = now + valid_s
         inst.decision_defer = decision.defer_admissions
         inst.decision_admission_control = decision.admission_control
+        inst.decision_offload_tokens = decision.offload_tokens
+        inst.decision_idle_after_s = decision.idle_after_s
         inst.daemon_id = decision.daemon_id
         inst.clock_mhz = decision.clock_mhz
         inst.boost = decision.boost

@@ -151,6 +151,7 @@ class RouterCore:
                 len(self.ledger.ongoing_ids(i.name)),
                 len(self.admission.queues.get(i.name, ())),
             )
+            | {"admission_usage_tokens": self.admission.gate(i).admission_usage_tokens}
             for i in self.pool
         ]
 

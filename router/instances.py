@@ -33,6 +33,10 @@ class Instance:
     decision_valid_until_s: float = 0.0
     decision_defer: bool = False
     decision_admission_control: bool = True
+    decision_offload_tokens: int = 0
+    """The instance's CPU KV tier as its daemon last reported it (0: none)."""
+    decision_idle_after_s: float = 10.0
+    """The daemon's activity window: no request for this long is idle."""
     daemon_id: str | None = None
     clock_mhz: int | None = None
     boost: bool = False
@@ -82,6 +86,7 @@ class Instance:
             "boost": self.boost,
             "models": list(self.served_models),
             "defer_admissions": self.decision_defer,
+            "offload_tokens": self.decision_offload_tokens,
         }
 
 

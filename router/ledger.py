@@ -62,6 +62,12 @@ class Agent:
     gave_up_s: float | None = None
 
     @property
+    def last_active_s(self) -> float | None:
+        """When its latest request started or ended (None: no request completed
+        yet, which the controllers count as active)."""
+        return self.last_seen_s if self.turns else None
+
+    @property
     def throughput_tok_s(self) -> float | None:
         """Eq. 3: Σ decode tokens / Σ request latency (None without history)."""
         return agent_throughput_tok_s(self.decode_tokens, self.llm_time_s, self.turns)
@@ -309,7 +315,7 @@ class Ledger:
             completed_steps=agent.turns,
             waiting_since_s=agent.waiting_since_s,
             in_flight=agent.in_flight > 0,
-            last_active_s=agent.last_seen_s if agent.turns else None,
+            last_active_s=agent.last_active_s,
             prefill_tokens=agent.prefill_tokens if agent.admitted else 0,
         )
 

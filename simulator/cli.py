@@ -218,7 +218,7 @@ HELP: dict[str, str] = {
     "duration_s": "simulated seconds (default 10800 = 3 h)",
     "instances": "vLLM instances, one GPU each (default 1)",
     "slo": "per-agent SLO τ in tokens/s, Eq. 4 (default 20)",
-    "policy": "kairos (default) | kairos-paper | kairos-no-ta | kairos-offload | predictive "
+    "policy": "kairos (default) | kairos-paper | kairos-no-ta | predictive "
     "| no-control | fixed:MHZ",
     "compare": "comma-separated policies run side by side on identical arrivals",
     "seed": "seed of arrivals and workload (default 1)",

@@ -140,7 +140,8 @@ class Cluster:
         )
         self.fleet = FleetBudget(config.fleet_budget) if config.fleet_budget else None
         # The router's admission rule for this deployment (router/admission.py).
-        self.admission_rule = kairos_config_for(config.policy, config.kairos).admission_rule
+        self._kairos = kairos_config_for(config.policy, config.kairos)
+        self.admission_rule = self._kairos.admission_rule
         self.held_moves = 0
         self.epochs: list[EpochRecord] = []
         self.agents_done: list[AgentRecord] = []
@@ -248,14 +249,15 @@ class Cluster:
         cap = self.instances[0].engine.capacity_tokens if self.instances else 0
         return [inst.load(cap) for inst in self.instances]
 
-    def gates(self) -> list[InstanceGate]:
-        """What fleet admission sees of each instance (as the router builds it)."""
+    def gates(self, t: float) -> list[InstanceGate]:
+        """What fleet admission sees of each instance at ``t`` (as the router builds it)."""
         return [
             InstanceGate(
                 load,
                 held=len(inst.pending),
                 defer=inst.decision is not None and inst.decision.defer_admissions,
                 admission_control=inst.controller.admission_control,
+                resident_tokens=inst.resident_tokens(t, self._kairos),
             )
             for inst, load in zip(self.instances, self._loads(), strict=True)
         ]
@@ -267,7 +269,7 @@ class Cluster:
         size = self._size_of(program)
         req = PlacementRequest(program.agent_id, self._placements, size)
         self._placements += 1
-        choice = place(self.placement, req, self.gates(), self.admission_rule)
+        choice = place(self.placement, req, self.gates(t), self.admission_rule)
         inst = self.instances[self.names.index(choice.instance)]
         agent = SimAgent(program, t, inst.index, size)
         agent.held = True
@@ -295,7 +297,7 @@ class Cluster:
         )
         views = [HeldAgent(a.agent_id, self.names[a.instance], a.usage_tokens()) for _, a in held]
         moves = rehome_held(
-            self.placement, views, self.gates(), self.admission_rule, self._placements
+            self.placement, views, self.gates(t), self.admission_rule, self._placements
         )
         by_id = {a.agent_id: a for _, a in held}
         for move in moves:
@@ -308,7 +310,7 @@ class Cluster:
             self._admit(target, agent, t)
         self._placements += len(moves)
 
-    def _overflow_target(self, inst: SimInstance, agent: SimAgent) -> str | None:
+    def _overflow_target(self, inst: SimInstance, agent: SimAgent, t: float) -> str | None:
         """The router's overflow relief (:func:`controllers.admission.overflow_target`)."""
         rule = self.config.reassignment
         if not (rule.enabled and rule.relieve_overflow):
@@ -323,7 +325,7 @@ class Cluster:
             inst.name,
             agent.usage_tokens(),
             running,
-            self.gates(),
+            self.gates(t),
             self.admission_rule,
         )
 
@@ -358,7 +360,7 @@ class Cluster:
         agent.release_s = t
         inst = self.instances[agent.instance]
         agent.steps_since_assignment += 1
-        relief = self._overflow_target(inst, agent)
+        relief = self._overflow_target(inst, agent, t)
         if relief is not None:
             decision = ReassignmentDecision(target=relief, reset_counter=True)
             self.overflow_moves += 1
@@ -431,6 +433,7 @@ class Cluster:
             clock_mhz=inst.gpu.clock_at(t),
             power_w=inst.gpu.power_w,
             observations=tuple(inst.observations) if pending is None else (),
+            offload_tokens=inst.engine.params.kv_offload_tokens,
         )
 
     def _on_epoch(self, t: float, k: int) -> None:

@@ -9,7 +9,9 @@ every request), and what vLLM reports about each finished request.
 from __future__ import annotations
 
 from controllers import ControlDecision, Controller, InstanceLoad, RequestObservation
+from controllers.admission import active_now, resident_tokens
 from controllers.energy_attribution import EnergyAccountant
+from controllers.kairos import KairosConfig
 from reporting.records import EpochRecord
 from simulator.agents import SimAgent
 from simulator.engine import Engine
@@ -70,6 +72,22 @@ class SimInstance:
                 self.name, self.index, self.usage, capacity_tokens, bool(self.ongoing)
             )
         return self._load
+
+    def resident_tokens(self, t: float, law: KairosConfig) -> int | None:
+        """``U`` less what this instance's CPU KV tier holds of idle contexts at
+        ``t``, as the router computes it (docs/control-law.md, point 13); None
+        without a tier or when the law ignores it."""
+        tier = self.engine.params.kv_offload_tokens
+        if tier <= 0 or not law.offload_aware:
+            return None
+        idle_s = law.idle_after_s
+        return resident_tokens(
+            (
+                (a.usage_tokens(), active_now(a.in_flight, a.last_end_s, t, idle_s))
+                for a in self.ongoing.values()
+            ),
+            tier,
+        )
 
     def join(self, agent: SimAgent) -> None:
         self.ongoing[agent.agent_id] = agent

@@ -10,8 +10,10 @@ period) when the context manager exits — nothing is left running. Used by
 Time acceleration: the fake vLLM servers run the engine model ``speedup``
 times faster than real time, so the daemons run epochs of ``epoch_s /
 speedup`` real seconds and judge the SLO in real-time units (``slo_tok_s ×
-speedup``). Power in watts is unaffected (the simulated energy counter is
-scaled so that energy per real second is the simulated power); per-agent
+speedup``), and so are the control law's time windows (``idle_after_s``,
+``pending_grace_s``: simulated seconds, as in the simulator). Power in watts is
+unaffected (the simulated energy counter is scaled so that energy per real
+second is the simulated power); per-agent
 throughput and energy per token are converted back to simulated-H100 units by
 :func:`to_simulated_units`.
 """
@@ -32,6 +34,7 @@ from pathlib import Path
 
 import aiohttp
 
+from controllers.kairos import KairosConfig
 from reporting.metrics import Summary
 from simulator.presets import get_preset
 
@@ -206,6 +209,7 @@ def _gpu_flags(cfg: StackConfig, i: int) -> list[str]:
 async def _start_daemon(stack: Stack, i: int) -> None:
     cfg = stack.config
     epoch_real_s = cfg.epoch_s / cfg.speedup
+    law = KairosConfig()
     port = free_port()
     await _spawn(
         stack,
@@ -237,10 +241,14 @@ async def _start_daemon(stack: Stack, i: int) -> None:
             "--log-json",
             *_level_flags(cfg),
         ],
-        # Accelerated epochs are short; HTTP calls must fit well inside one.
+        # Accelerated epochs are short; HTTP calls must fit well inside one. The
+        # law's own windows are simulated seconds too (the router takes the
+        # activity window from the daemon's decisions).
         env={
             "KAIROSD_HTTP_TIMEOUT_S": str(epoch_real_s / 2),
             "KAIROSD_GPU_TIMEOUT_S": str(epoch_real_s / 2),
+            "KAIROSD_KAIROS__IDLE_AFTER_S": str(law.idle_after_s / cfg.speedup),
+            "KAIROSD_KAIROS__PENDING_GRACE_S": str(law.pending_grace_s / cfg.speedup),
         },
     )
     stack.daemon_urls.append(f"http://127.0.0.1:{port}")

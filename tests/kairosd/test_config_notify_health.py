@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import tempfile
 from pathlib import Path
@@ -55,6 +56,33 @@ def test_config_layers_toml_env_flags(tmp_path: Path) -> None:
 def test_bad_config_is_rejected(overrides: dict[str, object]) -> None:
     with pytest.raises(ConfigError):
         load_daemon_config(None, env={}, overrides=overrides)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"kv_bytes_per_token": 0}, "kv_bytes_per_token 0: expected bytes per token in 1.."),
+        ({"kv_bytes_per_token": -98304}, "kv_bytes_per_token -98304"),
+        ({"kv_bytes_per_token": 2**30}, "kv_bytes_per_token 1073741824"),
+        ({"kv_bytes_per_token": "98k"}, "kv_bytes_per_token: expected an integer"),
+        ({"kv_offloading_gib": -1.0}, "kv_offloading_gib -1: expected GiB in 0.."),
+        ({"kv_offloading_gib": "nan"}, "kv_offloading_gib nan"),
+        ({"kv_offloading_gib": "inf"}, "kv_offloading_gib inf"),
+        ({"kv_offloading_gib": 1e9}, "kv_offloading_gib 1e+09"),
+    ],
+)
+def test_bad_kv_sizes_are_rejected(overrides: dict[str, object], says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_daemon_config(None, env={}, overrides=overrides)
+
+
+def test_kv_sizes_from_toml_and_env(tmp_path: Path) -> None:
+    path = tmp_path / "gpu0.toml"
+    path.write_text("kv_bytes_per_token = 131072\nkv_offloading_gib = 0\n")
+    cfg = load_daemon_config(path, env={"KAIROSD_KV_OFFLOADING_GIB": "192"})
+    assert cfg.kv_bytes_per_token == 131072 and cfg.kv_offloading_gib == 192.0
+    default = load_daemon_config(None, env={})
+    assert default.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2 and default.kv_offloading_gib is None
 
 
 async def test_predictive_knobs_reach_the_controller(

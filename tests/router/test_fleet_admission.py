@@ -10,6 +10,9 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from controllers.admission import admits_now
+from kairos_common.testing import ManualClock
+from kairos_common.wire import AdmissionDecision
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
     CHAT,
@@ -101,3 +104,45 @@ async def test_prompt_beyond_the_engine_limit_is_never_held(
         await asyncio.wait_for(_turn(router, newcomer, huge), 10.0)  # held: times out
     assert len(backend.received) + len(backend2.received) == 3
     assert router.core.admission.queue("i0").order() == []
+
+
+async def test_idle_contexts_a_cpu_tier_holds_do_not_hold_a_newcomer(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    """Both instances are above γ·U_max with sessions idle for a minute. Their
+    daemons report vLLM's CPU KV tier, so those contexts need no room in HBM and a
+    newcomer runs at once (control-law point 13); once the daemons go stale the
+    router's own fallback counts every context again and would hold it."""
+    for b in (backend, backend2):
+        b.behaviour.capacity_tokens = 10_000
+        b.behaviour.prompt_tokens = 9_500
+    clock = ManualClock()
+    router = await make_router([backend.url, backend2.url], clock=clock)
+    await router.health.check_once()
+    adm = router.core.admission
+    for _ in range(2):
+        await _turn(router, await start_agent(router.url), CHAT)  # one per instance
+    clock.advance(60.0)  # both sessions idle by the default 10 s window
+    for epoch, idle_after_s in ((1, 120.0), (2, 10.0)):
+        for i in range(2):
+            decision = AdmissionDecision(
+                f"i{i}", "d", 1.0, epoch, capacity_tokens=10_000, offload_tokens=1_000_000,
+                idle_after_s=idle_after_s,
+            )  # fmt: skip
+            assert adm.apply_decision(decision).accepted
+        if epoch == 1:  # a daemon whose law waits 120 s calls them active: all resident
+            gates = [adm.gate(i) for i in router.core.pool]
+            assert [g.resident_tokens for g in gates] == [g.load.usage_tokens for g in gates]
+    assert [adm.gate(i).resident_tokens for i in router.core.pool] == [0, 0]
+    listed = router.core.instances_json()  # what GET /kairos/v1/instances shows
+    assert [(i["offload_tokens"], i["admission_usage_tokens"]) for i in listed] == [
+        (1_000_000, 0),
+        (1_000_000, 0),
+    ]
+    b = await start_agent(router.url)
+    await asyncio.wait_for(_turn(router, b, BIG), 5.0)  # not held
+    assert adm.queue("i0").order() == [] and adm.queue("i1").order() == []
+    assert len(backend.received) + len(backend2.received) == 3
+    clock.advance(30.0)  # the daemons' decisions expire: the paper's rule again
+    assert all(adm.gate(i).resident_tokens is None for i in router.core.pool)
+    assert not any(admits_now(adm.gate(i), 5_000, adm.rule) for i in router.core.pool)

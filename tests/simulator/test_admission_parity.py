@@ -6,6 +6,7 @@ decisions (issue 14, item 2)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from controllers.admission import HeldAgent, admits_now, place, rehome_held
 from controllers.placement import PlacementRequest
 from kairos_common.testing import ManualClock
+from kairos_common.wire import AdmissionDecision
 from router.config import AdmissionSettings, RouterConfig
 from router.core import RouterCore
 from router.ledger import Agent
@@ -43,32 +45,74 @@ def _router() -> RouterCore:
     return RouterCore(config, secret=None, store=None, records=None, clock=ManualClock())
 
 
-def _cluster() -> Cluster:
-    return Cluster(PRESET, ClusterConfig(policy="kairos", instances=N), _Workload(), [])  # type: ignore[arg-type]
+def _cluster(tier_tokens: int = 0) -> Cluster:
+    preset = PRESET
+    if tier_tokens:
+        engine = dataclasses.replace(PRESET.engine, kv_offload_tokens=tier_tokens)
+        preset = dataclasses.replace(PRESET, engine=engine)
+    return Cluster(preset, ClusterConfig(policy="kairos", instances=N), _Workload(), [])  # type: ignore[arg-type]
 
 
-ongoing_st = st.lists(st.lists(st.integers(1_000, 200_000), max_size=4), min_size=N, max_size=N)
+def _report_tier(core: RouterCore, tier_tokens: int) -> None:
+    """Each instance's daemon reports its CPU KV tier, as kairosd does every epoch."""
+    for i in range(N):
+        decision = AdmissionDecision(
+            f"sim{i}", "d", 1.0, 1, capacity_tokens=CAP, offload_tokens=tier_tokens
+        )
+        assert core.admission.apply_decision(decision).accepted
+
+
+# Ongoing agents per instance: (C_a, activity), activity 0 = a request in flight,
+# 1 = its last ended 5 s ago (active), 2 = 60 s ago (idle), 3 = none completed yet.
+ongoing_st = st.lists(
+    st.lists(st.tuples(st.integers(1_000, 200_000), st.integers(0, 3)), max_size=4),
+    min_size=N,
+    max_size=N,
+)
 held_st = st.lists(st.tuples(st.integers(0, N - 1), st.integers(1_000, 300_000)), max_size=4)
+IDLE_FOR_S = (0.0, 5.0, 60.0, 0.0)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ongoing=ongoing_st, held=held_st, newcomer=st.integers(1_000, 300_000))
+@given(
+    ongoing=ongoing_st,
+    held=held_st,
+    newcomer=st.integers(1_000, 300_000),
+    tier=st.sampled_from([0, 150_000, 2_000_000]),
+)
 def test_router_and_simulator_decide_alike(
-    ongoing: list[list[int]], held: list[tuple[int, int]], newcomer: int
+    ongoing: list[list[tuple[int, int]]], held: list[tuple[int, int]], newcomer: int, tier: int
 ) -> None:
-    asyncio.run(_check(ongoing, held, newcomer))
+    """With and without a CPU KV tier (whose idle contexts need no room, control-law
+    point 13), the router and the simulator see and decide the same."""
+    asyncio.run(_check(ongoing, held, newcomer, tier))
 
 
-async def _check(ongoing: list[list[int]], held: list[tuple[int, int]], newcomer: int) -> None:
-    core, cluster = _router(), _cluster()
+def _join(core: RouterCore, cluster: Cluster, i: int, aid: str, size: int, activity: int) -> None:
+    now = core.clock()
+    agent = core.ledger.add(
+        Agent(aid, 0.0, 0.0, instance=f"sim{i}", admitted=True, context_tokens=size)
+    )
+    sim = SimAgent(_program(aid, size), 0.0, i)
+    sim.context_tokens, sim.admitted = size, True
+    if activity != 3:
+        agent.turns, agent.last_seen_s = 1, now - IDLE_FOR_S[activity]
+        sim.steps, sim.last_end_s = 1, now - IDLE_FOR_S[activity]
+    agent.in_flight, sim.in_flight = int(activity == 0), activity == 0
+    cluster.instances[i].join(sim)
+
+
+async def _check(
+    ongoing: list[list[tuple[int, int]]], held: list[tuple[int, int]], newcomer: int, tier: int
+) -> None:
+    core, cluster = _router(), _cluster(tier)
     ledger, adm = core.ledger, core.admission
-    for i, sizes in enumerate(ongoing):
-        for k, size in enumerate(sizes):
-            aid = f"on-{i}-{k}"
-            ledger.add(Agent(aid, 0.0, 0.0, instance=f"sim{i}", admitted=True, context_tokens=size))
-            sim = SimAgent(_program(aid, size), 0.0, i)
-            sim.context_tokens, sim.admitted = size, True
-            cluster.instances[i].join(sim)
+    now = core.clock()
+    if tier:
+        _report_tier(core, tier)
+    for i, agents in enumerate(ongoing):
+        for k, (size, activity) in enumerate(agents):
+            _join(core, cluster, i, f"on-{i}-{k}", size, activity)
     views = []
     for k, (i, size) in enumerate(held):
         aid = f"held-{k}"
@@ -79,19 +123,19 @@ async def _check(ongoing: list[list[int]], held: list[tuple[int, int]], newcomer
         cluster.instances[i].pending.append(sim)
         views.append(HeldAgent(aid, f"sim{i}", size))
 
-    assert adm.gates() == cluster.gates()
+    assert adm.gates() == cluster.gates(now)
     assert adm.rule == cluster.admission_rule
 
     # A newcomer: same instance, same admit-or-hold.
     newbie = ledger.add(Agent("new", 99.0, 0.0, estimated_context_tokens=newcomer))
     request = PlacementRequest("new", 0, newcomer)
-    expected = place(cluster.placement, request, cluster.gates(), cluster.admission_rule)
+    expected = place(cluster.placement, request, cluster.gates(now), cluster.admission_rule)
     assert core.placement.choose(newbie).name == expected.instance
     target = core.pool.resolve(expected.instance)
     assert admits_now(adm.gate(target), newcomer, adm.rule) == expected.admit_now  # fast path
 
     # Held agents: the router's moves are the simulator's.
-    sim_moves = rehome_held(cluster.placement, views, cluster.gates(), cluster.admission_rule)
+    sim_moves = rehome_held(cluster.placement, views, cluster.gates(now), cluster.admission_rule)
     assert adm.rehome() == sim_moves
 
 
@@ -123,5 +167,5 @@ def test_overflow_relief_alike(ongoing: list[list[tuple[int, bool]]], mover: int
     sim.context_tokens, sim.admitted = mover, True
     cluster.instances[0].join(sim)
     assert core.placement._overflow_target(agent, "sim0") == cluster._overflow_target(
-        cluster.instances[0], sim
+        cluster.instances[0], sim, core.clock()
     )

@@ -104,12 +104,12 @@ def test_kv_offload_gives_the_engines_a_cpu_tier(tmp_path: Path) -> None:
     res = CliRunner().invoke(
         build_app(),
         ["sim", "--workload", f"trace:{DATA / 'claude-code-sample.jsonl'}", "--policy",
-         "kairos-offload", "--kv-offload-gib", "64", "--rate", "0.05", "--duration-s", "600",
+         "kairos", "--kv-offload-gib", "64", "--rate", "0.05", "--duration-s", "600",
          "--out", str(tmp_path), "--no-plots", "--json"],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert out["policy"] == "kairos-offload"
+    assert out["policy"] == "kairos"
     assert out["kv_offload_tokens"] == 64 * 2**30 // get_preset().timing.kv_bytes_per_token
     assert isinstance(out["loaded_tokens"], int)  # the tier's loads are reported
 
