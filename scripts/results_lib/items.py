@@ -132,6 +132,14 @@ ITEMS: tuple[Item, ...] = (
         cc.claude_build,
         _plain(cc.claude_render),
     ),
+    Item(
+        11,
+        "claude-tier",
+        "Long-context coding agents on vLLM with a CPU KV tier",
+        cc.tier_tasks,
+        cc.tier_build,
+        _plain(cc.claude_render),
+    ),
 )
 
 ITEM_NAMES: tuple[str, ...] = tuple(i.name for i in ITEMS)

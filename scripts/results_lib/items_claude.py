@@ -1,9 +1,12 @@
-"""Item 10: long-context coding agents (Claude Code trace) on four instances.
+"""Items 10 and 11: long-context coding agents (Claude Code trace) on four instances.
 
 Every policy on the same arrivals per seed: no control, four fixed clocks, the
 default ``kairos`` (activity-aware clock, reachable-only boost), the paper-exact
 ``kairos-paper`` and ``predictive``; fleet admission for all (docs/control-law.md
 points 6–8). Per cell (rate, seed) it also states issue 14's acceptance checks.
+Item 10 runs vLLM as it starts by default; item 11 the same with its CPU KV tier
+(``--kv-offloading-size``, :data:`TIER_GIB` per instance), which the default law
+reads (point 13).
 """
 
 from __future__ import annotations
@@ -17,33 +20,46 @@ from scripts.results_lib.items_trace import trace_workload
 from scripts.results_lib.plan import Plan
 from scripts.results_lib.render import command, fmt, table
 from scripts.results_lib.runs import Metrics, Task, cell, saving_pct
+from simulator.presets import with_kv_offload
 from simulator.runner import SimSpec
 
 INSTANCES = 4
 FIXED = ("fixed:900", "fixed:1020", "fixed:1140", "fixed:1305")
 POLICIES = ("no-control", *FIXED, "kairos", "kairos-paper", "predictive")
 DURATION_S = 3 * 3600.0
+TIER_GIB = 192.0
+"""Item 11's CPU KV tier per instance: about 4× the preset's 46 GiB of GPU KV."""
 
 
 def rates(plan: Plan) -> tuple[float, ...]:
     return (0.004,) if plan.quick else (0.002, 0.004, 0.008)
 
 
-def claude_spec(plan: Plan, policy: str, rate: float, seed: int) -> SimSpec:
+def claude_spec(plan: Plan, policy: str, rate: float, seed: int, tier_gib: float = 0.0) -> SimSpec:
+    base = spec(plan, policy, rate, seed, instances=INSTANCES)
     return dataclasses.replace(
-        spec(plan, policy, rate, seed, instances=INSTANCES),
+        base,
         workload=trace_workload(),
         duration_s=plan.duration_s if plan.quick else DURATION_S,
+        preset=with_kv_offload(base.preset, tier_gib),
     )
 
 
-def claude_tasks(plan: Plan) -> list[Task]:
+def claude_tasks(plan: Plan, tier_gib: float = 0.0) -> list[Task]:
     return [
-        sim_task(claude_spec(plan, p, r, s))
+        sim_task(claude_spec(plan, p, r, s, tier_gib))
         for r in rates(plan)
         for p in POLICIES
         for s in plan.seeds
     ]
+
+
+def tier_tasks(plan: Plan) -> list[Task]:
+    return claude_tasks(plan, TIER_GIB)
+
+
+def tier_build(plan: Plan, res: Results) -> Data:
+    return claude_build(plan, res, TIER_GIB)
 
 
 def attainment_ok(base: Metrics, other: Metrics) -> bool:
@@ -92,15 +108,15 @@ def best_fixed(base: Metrics, fixed: dict[str, Metrics]) -> tuple[str, float] | 
     return p, 100 * (1 - w / base["avg_power_w"])
 
 
-def claude_build(plan: Plan, res: Results) -> Data:
+def claude_build(plan: Plan, res: Results, tier_gib: float = 0.0) -> Data:
     rows, checks = [], []
     for r in rates(plan):
-        base = runs(res, [claude_spec(plan, "no-control", r, s) for s in plan.seeds])
+        base = runs(res, [claude_spec(plan, "no-control", r, s, tier_gib) for s in plan.seeds])
         for p in POLICIES:
-            rs = runs(res, [claude_spec(plan, p, r, s) for s in plan.seeds])
+            rs = runs(res, [claude_spec(plan, p, r, s, tier_gib) for s in plan.seeds])
             rows.append({"rate": r, "policy": p, **cell(rs), "saving": saving_pct(base, rs)})
         for s in plan.seeds:
-            one = {p: res[claude_spec(plan, p, r, s)] for p in POLICIES}
+            one = {p: res[claude_spec(plan, p, r, s, tier_gib)] for p in POLICIES}
             nc = one["no-control"]
             fixed = best_fixed(nc, {p: one[p] for p in FIXED})
             predictive = 100 * (1 - one["predictive"]["avg_power_w"] / nc["avg_power_w"])
@@ -113,7 +129,7 @@ def claude_build(plan: Plan, res: Results) -> Data:
                     "best_fixed": fixed,
                 }
             )
-    return {"rows": rows, "checks": checks, "workload": trace_workload()}
+    return {"rows": rows, "checks": checks, "workload": trace_workload(), "tier_gib": tier_gib}
 
 
 def _check_line(c: dict[str, Any]) -> str:
@@ -158,8 +174,8 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             "default (activity-aware clock, boost only for agents a clock can lift, prefill at "
             "the top clock, a clock floor for long-context work); "
             "`kairos-paper` is Algorithm 1 as the paper states it "
-            "(docs/control-law.md, points 6–11).",
-            command("claude", quick),
+            "(docs/control-law.md, points 6–11)." + _tier_note(d),
+            command("claude-tier" if d.get("tier_gib") else "claude", quick),
             table(headers, body),
             "`mean pending` is over the finished sessions (their agent records), as issue 14's "
             "bar reads it, and those whose clients gave up while held: the router answers a "
@@ -182,6 +198,21 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             "\n".join(checks),
             "**What it shows.** " + claude_discussion(d),
         ]
+    )
+
+
+def _tier_note(d: Data) -> str:
+    tier = d.get("tier_gib") or 0.0
+    if not tier:
+        return ""
+    return (
+        f" Here every vLLM instance has a CPU KV tier of {tier:g} GiB (`vllm serve "
+        f"--kv-offloading-backend native --kv-offloading-size {tier:g}`): a context the GPU "
+        "evicts is copied back from host memory instead of computed again (docs/simulator.md, "
+        '"CPU KV tier"). `kairos` and `predictive` read the tier and leave the idle '
+        "contexts it holds out of admission and context pressure, and `kairos` holds "
+        "long-context decode at the memory knee (docs/control-law.md, point 13); "
+        "`kairos-paper` ignores it."
     )
 
 
