@@ -88,10 +88,10 @@ class OffloadCheck:
         self.observe(tier_gib, tokens)
         return tokens
 
-    def observe(self, tier_gib: float | None, offload_tokens: int) -> bool:
-        """Check one epoch's tier; True when it changed and was logged."""
+    def observe(self, tier_gib: float | None, offload_tokens: int) -> None:
+        """Log one epoch's tier if it changed since the last one said."""
         if offload_tokens == self._said_tokens:
-            return False
+            return
         self._said_tokens = offload_tokens
         log.info(
             "kv_offloading_tier",
@@ -101,4 +101,3 @@ class OffloadCheck:
             used=offload_tokens > 0 and self.unused_reason is None,
             hint=tier_hint(offload_tokens, self.unused_reason),
         )
-        return True

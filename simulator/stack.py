@@ -13,9 +13,8 @@ speedup`` real seconds and judge the SLO in real-time units (``slo_tok_s ×
 speedup``), and so are the control law's time windows (``idle_after_s``,
 ``pending_grace_s``: simulated seconds, as in the simulator). Power in watts is
 unaffected (the simulated energy counter is scaled so that energy per real
-second is the simulated power); per-agent
-throughput and energy per token are converted back to simulated-H100 units by
-:func:`to_simulated_units`.
+second is the simulated power); per-agent throughput and energy per token are
+converted back to simulated-H100 units by :func:`to_simulated_units`.
 """
 
 from __future__ import annotations
