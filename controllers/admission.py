@@ -28,6 +28,7 @@ inputs, so a simulated result describes the router's behaviour.
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -79,8 +80,46 @@ def active_now(
     return in_flight or last_active_s is None or now_s - last_active_s < idle_after_s
 
 
-def resident_tokens(contexts: Iterable[tuple[int, bool]], offload_tokens: int) -> int:
-    """The part of ``U`` that needs room in HBM, over ``(C_a, active)`` per agent.
+class Activity(enum.Enum):
+    """What an ongoing agent's context asks of its instance's KV cache now."""
+
+    ACTIVE = "active"
+    """A request in flight, or one ended within ``idle_after_s``: it needs its room."""
+    IDLE = "idle"
+    """Between requests (a tool call, a think gap): its blocks wait in HBM, or in
+    the CPU KV tier, for a return that is likely soon."""
+    EVICTABLE = "evictable"
+    """Idle past ``evictable_after_s``: vLLM keeps its blocks only as evictable
+    prefix cache, and one re-prefill on its return is cheaper than holding
+    newcomers for it (docs/control-law.md, point 14)."""
+
+
+def activity(
+    in_flight: bool,
+    last_active_s: float | None,
+    now_s: float,
+    idle_after_s: float,
+    evictable_after_s: float | None,
+) -> Activity:
+    """Classify one agent as :func:`active_now` does, then by the eviction window
+    (None: never evictable)."""
+    if in_flight or last_active_s is None:
+        return Activity.ACTIVE
+    idle_s = now_s - last_active_s
+    if idle_s < idle_after_s:
+        return Activity.ACTIVE
+    if evictable_after_s is not None and idle_s >= evictable_after_s:
+        return Activity.EVICTABLE
+    return Activity.IDLE
+
+
+def resident_tokens(contexts: Iterable[tuple[int, Activity]], offload_tokens: int) -> int:
+    """The part of ``U`` that needs room in HBM, over ``(C_a, activity)`` per agent.
+
+    An evictable context (idle past the eviction window) needs none: vLLM frees a
+    finished request's blocks at once and keeps them only as prefix cache, which it
+    evicts for anyone who needs the room; the agent re-prefills when it comes back
+    (docs/control-law.md, point 14).
 
     An engine with a CPU KV tier (vLLM ``--kv-offloading-size``) keeps a copy of
     every computed block in host memory and loads a prefix the GPU evicted back
@@ -89,14 +128,14 @@ def resident_tokens(contexts: Iterable[tuple[int, bool]], offload_tokens: int) -
     for a while) that the tier can hold press on nothing: admitting beside them
     costs a copy when they return, not a thrash. The tier also holds the active
     contexts' blocks (it copies every block), so the idle ones get what is left:
-    ``U − min(idle, max(0, T − active))``. Without a tier (``T`` = 0) this is ``U``
-    (docs/control-law.md, point 13).
+    ``active + idle − min(idle, max(0, T − active))``. Without a tier (``T`` = 0)
+    and with nothing evictable this is ``U`` (point 13).
     """
     active = idle = 0
-    for tokens, is_active in contexts:
-        if is_active:
+    for tokens, state in contexts:
+        if state is Activity.ACTIVE:
             active += tokens
-        else:
+        elif state is Activity.IDLE:
             idle += tokens
     parked = min(idle, max(0, offload_tokens - active))
     return active + idle - parked
@@ -128,9 +167,9 @@ class InstanceGate:
     valid "defer admissions"; ``admission_control`` is False for policies that
     admit every agent at once (the router must not hold agents for them).
     ``resident_tokens`` is the usage Eq. 13 admits against when the instance has a
-    CPU KV tier (:func:`resident_tokens`); None: ``load.usage_tokens``. Placement
-    still ranks instances by ``load`` (every context: each costs its instance a
-    copy or a recompute when it returns).
+    CPU KV tier or an eviction window (:func:`resident_tokens`); None:
+    ``load.usage_tokens``. Placement still ranks instances by ``load`` (every
+    context: each costs its instance a copy or a recompute when it returns).
     """
 
     load: InstanceLoad

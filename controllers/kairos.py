@@ -29,7 +29,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from controllers.admission import AdmissionRule, active_now, admit_in_order, resident_tokens
+from controllers.admission import (
+    AdmissionRule,
+    active_now,
+    activity,
+    admit_in_order,
+    resident_tokens,
+)
 from controllers.errors import InvalidConfigError, InvalidSnapshotError
 from controllers.frequency import FrequencyLevels
 from controllers.types import AgentView, ControlDecision, InstanceSnapshot
@@ -76,6 +82,17 @@ class KairosConfig:
     the Claude Code trace and costs attainment where the fleet is overloaded, so it
     is off by default: Eq. 9 as is. It applies anyway on an instance with a CPU KV
     tier (``offload_aware``), where that overload does not thrash."""
+    evictable_after_s: float | None = 60.0
+    """An ongoing agent with no request in flight for this long holds only evictable
+    prefix cache (docs/control-law.md, point 14): vLLM freed its blocks when its
+    last request ended and evicts them for whoever needs the room, so Eq. 13 and
+    the pressure test stop counting its context, and it re-prefills if it comes
+    back. Longer than the agents' usual tool call or think gap, so working sessions
+    keep their room (30 s thrashed on the Claude Code trace, 60 s changed nothing
+    there), and short enough that a session away for minutes (a person reading, a
+    long build) does not hold newcomers. None: every ongoing context counts until
+    its agent ends (the paper, policy ``kairos-paper``). An agent active by
+    ``idle_after_s`` is never evictable."""
     offload_aware: bool = True
     """Read the engine's CPU KV tier (``InstanceSnapshot.offload_tokens``; vLLM
     ``--kv-offloading-size``; docs/control-law.md, point 13): idle contexts the tier
@@ -98,6 +115,9 @@ class KairosConfig:
             raise InvalidConfigError("new_agent_context_tokens must be >= 0")
         if not self.idle_after_s > 0.0:
             raise InvalidConfigError(f"idle_after_s must be > 0, got {self.idle_after_s}")
+        evict_s = self.evictable_after_s
+        if evict_s is not None and not (math.isfinite(evict_s) and evict_s > 0.0):
+            raise InvalidConfigError(f"evictable_after_s must be > 0 or None, got {evict_s}")
         if self.busy_floor_mhz is not None and self.busy_floor_mhz < 1:
             raise InvalidConfigError(
                 f"busy_floor_mhz must be >= 1 or None, got {self.busy_floor_mhz}"
@@ -226,18 +246,17 @@ class KairosController:
         Every ongoing context (the paper) without ``activity_aware``, and also
         under context pressure: while agents are held here (with fleet admission
         that means no instance has room) or once ``U ≥ γ·U_max`` (the instance has
-        stopped admitting), contexts must drain and the paper's law applies.
-        Otherwise only the active agents' contexts, so a GPU whose sessions sit
-        in tool calls or think gaps runs slow. A measured
-        ``usage_tokens`` from vLLM carries no per-agent activity and is used as is.
+        stopped admitting), contexts must drain and the paper's law applies, less
+        the evictable contexts (point 14), which no clock drains: their agents are
+        away. Otherwise only the active agents' contexts, so a GPU whose sessions
+        sit in tool calls or think gaps runs slow. A measured ``usage_tokens`` from
+        vLLM carries no per-agent activity and is used as is.
         """
         usage = self.usage(snapshot)
-        if (
-            not self.config.activity_aware
-            or snapshot.usage_tokens is not None
-            or self.under_pressure(snapshot, usage)
-        ):
+        if not self.config.activity_aware or snapshot.usage_tokens is not None:
             return usage
+        if self.under_pressure(snapshot, usage):
+            return self.resident_usage(snapshot, usage, with_tier=False)
         return self.active_usage(snapshot)
 
     def offload_tokens(self, snapshot: InstanceSnapshot) -> int:
@@ -247,15 +266,31 @@ class KairosController:
             return 0
         return max(0, snapshot.offload_tokens)
 
-    def resident_usage(self, snapshot: InstanceSnapshot, usage: int) -> int:
-        """``U`` less the idle contexts the CPU KV tier holds (point 13); ``usage``
-        itself without a tier."""
-        tier = self.offload_tokens(snapshot)
-        if tier == 0:
+    def evictable_after_s(self, snapshot: InstanceSnapshot) -> float | None:
+        """The eviction window this law counts on (point 14); None with a measured
+        ``usage_tokens``, which carries no per-agent activity."""
+        return None if snapshot.usage_tokens is not None else self.config.evictable_after_s
+
+    def resident_usage(
+        self, snapshot: InstanceSnapshot, usage: int, *, with_tier: bool = True
+    ) -> int:
+        """``U`` less the evictable contexts (point 14) and, ``with_tier``, the idle
+        ones the CPU KV tier holds (point 13):
+        :func:`controllers.admission.resident_tokens`."""
+        tier = self.offload_tokens(snapshot) if with_tier else 0
+        evict_s = self.evictable_after_s(snapshot)
+        if tier == 0 and evict_s is None:
             return usage
-        now = snapshot.now_s
+        now, idle_s = snapshot.now_s, self.config.idle_after_s
         return resident_tokens(
-            ((self.agent_context(a), self.is_active(a, now)) for a in snapshot.ongoing), tier
+            (
+                (
+                    self.agent_context(a),
+                    activity(a.in_flight, a.last_active_s, now, idle_s, evict_s),
+                )
+                for a in snapshot.ongoing
+            ),
+            tier,
         )
 
     def active_usage(self, snapshot: InstanceSnapshot) -> int:

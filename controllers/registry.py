@@ -90,6 +90,7 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
                 "prefill_boost_tokens": None,
                 "busy_floor_mhz": None,
                 "offload_aware": False,
+                "evictable_after_s": None,
             },
         ),
         "kairos-no-ta": PolicySpec(_kairos, kairos_changes={"thrashing_avoidance": False}),

@@ -407,6 +407,10 @@ class AdmissionDecision:
     (:func:`controllers.admission.resident_tokens`; docs/control-law.md, point 13),
     counting as idle the agents with no request for ``idle_after_s`` (the daemon's
     ``[kairos] idle_after_s``, so both judge activity alike).
+    ``evictable_after_s``: the law's eviction window (``[kairos] evictable_after_s``;
+    docs/control-law.md, point 14): the router does not count the contexts of
+    agents idle this long towards admission. None: off (``kairos-paper``, or an
+    old daemon).
 
     Energy per agent (optional; docs/energy.md): ``energy_total_j`` is the GPU
     energy the instance measured from the daemon's start to the end of its last
@@ -435,6 +439,7 @@ class AdmissionDecision:
     energy_total_j: float | None = None
     offload_tokens: int = 0
     idle_after_s: float = 10.0
+    evictable_after_s: float | None = None
 
     @property
     def order_key(self) -> tuple[float, int]:
@@ -481,6 +486,9 @@ class AdmissionDecision:
             energy_total_j=_get(obj, "energy_total_j", float, None, lo=0, hi=MAX_ENERGY_J),
             offload_tokens=_get(obj, "offload_tokens", int, 0, lo=0, hi=MAX_TOKENS),
             idle_after_s=_get(obj, "idle_after_s", float, 10.0, lo=1e-3, hi=MAX_VALID_FOR_S),
+            evictable_after_s=_get(
+                obj, "evictable_after_s", float, None, lo=1e-3, hi=MAX_VALID_FOR_S
+            ),
         )
 
 

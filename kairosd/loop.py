@@ -137,8 +137,11 @@ class Daemon:
             config.kv_offloading_gib,
             config.kv_bytes_per_token,
         )
-        self.idle_after_s = kairos_config_for(config.policy, config.kairos).idle_after_s
+        law = kairos_config_for(config.policy, config.kairos)
+        self.idle_after_s = law.idle_after_s
         """The law's activity window, sent with the tier so the router judges idle alike."""
+        self.evictable_after_s = law.evictable_after_s
+        """The law's eviction window, sent so the router admits as the law does."""
 
     # ---- inputs -------------------------------------------------------------------
 
@@ -276,6 +279,7 @@ class Daemon:
             energy_total_j=self.energy_total_j,
             offload_tokens=decision.offload_tokens,
             idle_after_s=self.idle_after_s,
+            evictable_after_s=self.evictable_after_s,
         )
         try:
             ack = await self.router.post_decision(msg)

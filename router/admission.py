@@ -36,7 +36,7 @@ from controllers.admission import (
     HeldAgent,
     InstanceGate,
     Move,
-    active_now,
+    activity,
     admit_in_order,
     admits_now,
     new_agent_tokens,
@@ -128,16 +128,21 @@ class AdmissionService:
         )
 
     def _resident_tokens(self, inst: Instance, now_s: float) -> int | None:
-        """``U`` less the idle contexts the instance's CPU KV tier holds, by the
-        daemon's rule and activity window (docs/control-law.md, point 13); None
-        without a tier. Only while the daemon is fresh: a stale one may describe a
-        vLLM since restarted, and the local fallback then holds as the paper does."""
+        """``U`` less the evictable contexts and the idle ones the instance's CPU KV
+        tier holds, by the daemon's law and windows (docs/control-law.md, points
+        13–14); None when that law counts every context. Only while the daemon is
+        fresh: a stale one may describe a vLLM since restarted, and the local
+        fallback then holds as the paper does."""
         tier = inst.decision_offload_tokens
-        if tier <= 0:
+        evict_s = inst.decision_evictable_after_s
+        if tier <= 0 and evict_s is None:
             return None
         idle_s = inst.decision_idle_after_s
         contexts = [
-            (self.ledger.context_of(a), active_now(a.in_flight > 0, a.last_active_s, now_s, idle_s))
+            (
+                self.ledger.context_of(a),
+                activity(a.in_flight > 0, a.last_active_s, now_s, idle_s, evict_s),
+            )
             for a in map(self.ledger.get, self.ledger.ongoing_ids(inst.name))
             if a is not None
         ]
@@ -329,6 +334,7 @@ class AdmissionService:
         inst.decision_admission_control = decision.admission_control
         inst.decision_offload_tokens = decision.offload_tokens
         inst.decision_idle_after_s = decision.idle_after_s
+        inst.decision_evictable_after_s = decision.evictable_after_s
         inst.daemon_id = decision.daemon_id
         inst.clock_mhz = decision.clock_mhz
         inst.boost = decision.boost

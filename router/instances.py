@@ -37,6 +37,8 @@ class Instance:
     """The instance's CPU KV tier as its daemon last reported it (0: none)."""
     decision_idle_after_s: float = 10.0
     """The daemon's activity window: no request for this long is idle."""
+    decision_evictable_after_s: float | None = None
+    """The daemon's eviction window: idle this long holds no room (None: off)."""
     daemon_id: str | None = None
     clock_mhz: int | None = None
     boost: bool = False
@@ -87,6 +89,7 @@ class Instance:
             "models": list(self.served_models),
             "defer_admissions": self.decision_defer,
             "offload_tokens": self.decision_offload_tokens,
+            "evictable_after_s": self.decision_evictable_after_s,
         }
 
 

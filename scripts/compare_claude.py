@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -86,6 +87,9 @@ class Fleet(NamedTuple):
     """Sessions to replay (``scripts.split_trace`` folds); None: the dev trace."""
     kv_offload_gib: float = 0.0
     """vLLM's CPU KV tier per instance (``kairos sim --kv-offload-gib``); 0: off."""
+    think_cap_s: float | None = None
+    """Cap on the sessions' think and tool gaps (``kairos sim --think-cap-s``); None:
+    the simulator's default (60 s)."""
 
 
 DEFAULT_FLEET = Fleet(INSTANCES, "consolidating", 1, None)
@@ -110,6 +114,8 @@ def cell_spec(fleet: Fleet, policy: str, rate: float, cell: Cell) -> SimSpec:
     )
     if fleet.trace is not None:
         spec = dataclasses.replace(spec, workload=f"trace:{fleet.trace}")
+    if fleet.think_cap_s is not None:
+        spec = dataclasses.replace(spec, think_cap_s=fleet.think_cap_s)
     return with_variant(spec, policy)
 
 
@@ -213,9 +219,18 @@ def main(argv: list[str] | None = None) -> int:
         default=0.0,
         help="GiB of vLLM's CPU KV tier per instance (kairos sim --kv-offload-gib; 0: off)",
     )
+    ap.add_argument(
+        "--think-cap-s",
+        type=float,
+        help="cap on the sessions' think and tool gaps (kairos sim --think-cap-s; default 60)",
+    )
     args = ap.parse_args(argv)
     if args.phases < 1:
         ap.error("--phases must be >= 1")
+    if args.think_cap_s is not None and not (
+        math.isfinite(args.think_cap_s) and args.think_cap_s > 0
+    ):
+        ap.error("--think-cap-s must be a positive number of seconds")
     try:
         with_kv_offload(with_num_levels(SimSpec().preset, args.num_levels), args.kv_offload_gib)
     except PresetError as exc:
@@ -246,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
             args.num_levels,
             args.trace,
             args.kv_offload_gib,
+            args.think_cap_s,
         )
         run = functools.partial(_run, fleet)
         res: dict[Key, Metrics] = dict(pool.map(run, keys))

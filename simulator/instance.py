@@ -9,7 +9,7 @@ every request), and what vLLM reports about each finished request.
 from __future__ import annotations
 
 from controllers import ControlDecision, Controller, InstanceLoad, RequestObservation
-from controllers.admission import active_now, resident_tokens
+from controllers.admission import activity, resident_tokens
 from controllers.energy_attribution import EnergyAccountant
 from controllers.kairos import KairosConfig
 from reporting.records import EpochRecord
@@ -74,16 +74,17 @@ class SimInstance:
         return self._load
 
     def resident_tokens(self, t: float, law: KairosConfig) -> int | None:
-        """``U`` less what this instance's CPU KV tier holds of idle contexts at
-        ``t``, as the router computes it (docs/control-law.md, point 13); None
-        without a tier or when the law ignores it."""
-        tier = self.engine.params.kv_offload_tokens
-        if tier <= 0 or not law.offload_aware:
+        """``U`` less the evictable contexts and what this instance's CPU KV tier
+        holds of the idle ones at ``t``, as the router computes it
+        (docs/control-law.md, points 13–14); None when the law counts every context."""
+        tier = self.engine.params.kv_offload_tokens if law.offload_aware else 0
+        evict_s = law.evictable_after_s
+        if tier <= 0 and evict_s is None:
             return None
         idle_s = law.idle_after_s
         return resident_tokens(
             (
-                (a.usage_tokens(), active_now(a.in_flight, a.last_end_s, t, idle_s))
+                (a.usage_tokens(), activity(a.in_flight, a.last_end_s, t, idle_s, evict_s))
                 for a in self.ongoing.values()
             ),
             tier,

@@ -11,10 +11,11 @@ Time acceleration: the fake vLLM servers run the engine model ``speedup``
 times faster than real time, so the daemons run epochs of ``epoch_s /
 speedup`` real seconds and judge the SLO in real-time units (``slo_tok_s ×
 speedup``), and so are the control law's time windows (``idle_after_s``,
-``pending_grace_s``: simulated seconds, as in the simulator). Power in watts is
-unaffected (the simulated energy counter is scaled so that energy per real
-second is the simulated power); per-agent throughput and energy per token are
-converted back to simulated-H100 units by :func:`to_simulated_units`.
+``pending_grace_s``, ``evictable_after_s``: simulated seconds, as in the
+simulator). Power in watts is unaffected (the simulated energy counter is scaled
+so that energy per real second is the simulated power); per-agent throughput and
+energy per token are converted back to simulated-H100 units by
+:func:`to_simulated_units`.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class StackConfig:
     kv_capacity_tokens: int | None = None
     kv_offloading_size_gib: float = 0.0
     """Each fake vLLM's CPU KV tier (its ``--kv-offloading-size``); 0: none."""
+    evictable_after_s: float | None = KairosConfig().evictable_after_s
+    """The law's eviction window (``[kairos] evictable_after_s``, simulated seconds,
+    docs/control-law.md point 14); None: off."""
     python: str = sys.executable
     startup_timeout_s: float = 60.0
     gpu_backend: str = "sim"
@@ -209,6 +213,7 @@ async def _start_daemon(stack: Stack, i: int) -> None:
     cfg = stack.config
     epoch_real_s = cfg.epoch_s / cfg.speedup
     law = KairosConfig()
+    evict_s = cfg.evictable_after_s
     port = free_port()
     await _spawn(
         stack,
@@ -248,6 +253,9 @@ async def _start_daemon(stack: Stack, i: int) -> None:
             "KAIROSD_GPU_TIMEOUT_S": str(epoch_real_s / 2),
             "KAIROSD_KAIROS__IDLE_AFTER_S": str(law.idle_after_s / cfg.speedup),
             "KAIROSD_KAIROS__PENDING_GRACE_S": str(law.pending_grace_s / cfg.speedup),
+            "KAIROSD_KAIROS__EVICTABLE_AFTER_S": (
+                "none" if evict_s is None else str(evict_s / cfg.speedup)
+            ),
         },
     )
     stack.daemon_urls.append(f"http://127.0.0.1:{port}")

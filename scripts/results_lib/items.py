@@ -140,6 +140,14 @@ ITEMS: tuple[Item, ...] = (
         cc.tier_build,
         _plain(cc.claude_render),
     ),
+    Item(
+        12,
+        "claude-gaps",
+        "Long-context coding agents with their real tool and think gaps",
+        cc.gaps_tasks,
+        cc.gaps_build,
+        _plain(cc.claude_render),
+    ),
 )
 
 ITEM_NAMES: tuple[str, ...] = tuple(i.name for i in ITEMS)

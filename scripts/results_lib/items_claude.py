@@ -1,4 +1,4 @@
-"""Items 10 and 11: long-context coding agents (Claude Code trace) on four instances.
+"""Items 10–12: long-context coding agents (Claude Code trace) on four instances.
 
 Every policy on the same arrivals per seed: no control, four fixed clocks, the
 default ``kairos`` (activity-aware clock, reachable-only boost), the paper-exact
@@ -6,7 +6,9 @@ default ``kairos`` (activity-aware clock, reachable-only boost), the paper-exact
 points 6–8). Per cell (rate, seed) it also states issue 14's acceptance checks.
 Item 10 runs vLLM as it starts by default; item 11 the same with its CPU KV tier
 (``--kv-offloading-size``, :data:`TIER_GIB` per instance), which the default law
-reads (point 13).
+reads (point 13); item 12 item 10 with the sessions' tool and think gaps as the
+router sees them (capped at :data:`GAPS_CAP_S`, not 60 s), where the eviction
+window matters (point 14).
 """
 
 from __future__ import annotations
@@ -29,25 +31,38 @@ POLICIES = ("no-control", *FIXED, "kairos", "kairos-paper", "predictive")
 DURATION_S = 3 * 3600.0
 TIER_GIB = 192.0
 """Item 11's CPU KV tier per instance: about 4× the preset's 46 GiB of GPU KV."""
+GAPS_CAP_S = 1800.0
+"""Item 12's cap on a session's tool and think gaps: the router's ``idle_expiry_s``,
+after which it ends an agent that has gone quiet (items 10–11: the simulator's
+default 60 s, which drops every gap a person or a long build makes)."""
+THINK_CAP_S = 60.0
 
 
 def rates(plan: Plan) -> tuple[float, ...]:
     return (0.004,) if plan.quick else (0.002, 0.004, 0.008)
 
 
-def claude_spec(plan: Plan, policy: str, rate: float, seed: int, tier_gib: float = 0.0) -> SimSpec:
+def claude_spec(
+    plan: Plan,
+    policy: str,
+    rate: float,
+    seed: int,
+    tier_gib: float = 0.0,
+    think_cap_s: float = THINK_CAP_S,
+) -> SimSpec:
     base = spec(plan, policy, rate, seed, instances=INSTANCES)
     return dataclasses.replace(
         base,
         workload=trace_workload(),
         duration_s=plan.duration_s if plan.quick else DURATION_S,
         preset=with_kv_offload(base.preset, tier_gib),
+        think_cap_s=think_cap_s,
     )
 
 
-def claude_tasks(plan: Plan, tier_gib: float = 0.0) -> list[Task]:
+def claude_tasks(plan: Plan, tier_gib: float = 0.0, think_cap_s: float = THINK_CAP_S) -> list[Task]:
     return [
-        sim_task(claude_spec(plan, p, r, s, tier_gib))
+        sim_task(claude_spec(plan, p, r, s, tier_gib, think_cap_s))
         for r in rates(plan)
         for p in POLICIES
         for s in plan.seeds
@@ -60,6 +75,14 @@ def tier_tasks(plan: Plan) -> list[Task]:
 
 def tier_build(plan: Plan, res: Results) -> Data:
     return claude_build(plan, res, TIER_GIB)
+
+
+def gaps_tasks(plan: Plan) -> list[Task]:
+    return claude_tasks(plan, think_cap_s=GAPS_CAP_S)
+
+
+def gaps_build(plan: Plan, res: Results) -> Data:
+    return claude_build(plan, res, think_cap_s=GAPS_CAP_S)
 
 
 def attainment_ok(base: Metrics, other: Metrics) -> bool:
@@ -108,15 +131,21 @@ def best_fixed(base: Metrics, fixed: dict[str, Metrics]) -> tuple[str, float] | 
     return p, 100 * (1 - w / base["avg_power_w"])
 
 
-def claude_build(plan: Plan, res: Results, tier_gib: float = 0.0) -> Data:
+def claude_build(
+    plan: Plan, res: Results, tier_gib: float = 0.0, think_cap_s: float = THINK_CAP_S
+) -> Data:
     rows, checks = [], []
     for r in rates(plan):
-        base = runs(res, [claude_spec(plan, "no-control", r, s, tier_gib) for s in plan.seeds])
+
+        def at(p: str, s: int, r: float = r) -> SimSpec:
+            return claude_spec(plan, p, r, s, tier_gib, think_cap_s)
+
+        base = runs(res, [at("no-control", s) for s in plan.seeds])
         for p in POLICIES:
-            rs = runs(res, [claude_spec(plan, p, r, s, tier_gib) for s in plan.seeds])
+            rs = runs(res, [at(p, s) for s in plan.seeds])
             rows.append({"rate": r, "policy": p, **cell(rs), "saving": saving_pct(base, rs)})
         for s in plan.seeds:
-            one = {p: res[claude_spec(plan, p, r, s, tier_gib)] for p in POLICIES}
+            one = {p: res[at(p, s)] for p in POLICIES}
             nc = one["no-control"]
             fixed = best_fixed(nc, {p: one[p] for p in FIXED})
             predictive = 100 * (1 - one["predictive"]["avg_power_w"] / nc["avg_power_w"])
@@ -129,7 +158,13 @@ def claude_build(plan: Plan, res: Results, tier_gib: float = 0.0) -> Data:
                     "best_fixed": fixed,
                 }
             )
-    return {"rows": rows, "checks": checks, "workload": trace_workload(), "tier_gib": tier_gib}
+    return {
+        "rows": rows,
+        "checks": checks,
+        "workload": trace_workload(),
+        "tier_gib": tier_gib,
+        "think_cap_s": think_cap_s,
+    }
 
 
 def _check_line(c: dict[str, Any]) -> str:
@@ -169,13 +204,14 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
     return "\n\n".join(
         [
             f"Claude Code sessions (`{Path(d['workload'].removeprefix('trace:')).name}`, think "
-            f"time capped at 60 s) on {INSTANCES} instances, consolidating placement with fleet "
+            f"time capped at {_cap_of(d):g} s) on {INSTANCES} instances, consolidating placement "
+            "with fleet "
             "admission, 3 h windows, SLO 20 tok/s, seeds paired across policies. `kairos` is the "
             "default (activity-aware clock, boost only for agents a clock can lift, prefill at "
             "the top clock, a clock floor for long-context work); "
             "`kairos-paper` is Algorithm 1 as the paper states it "
-            "(docs/control-law.md, points 6–11)." + _tier_note(d),
-            command("claude-tier" if d.get("tier_gib") else "claude", quick),
+            "(docs/control-law.md, points 6–11)." + _tier_note(d) + _gaps_note(d),
+            command(_item_name(d), quick),
             table(headers, body),
             "`mean pending` is over the finished sessions (their agent records), as issue 14's "
             "bar reads it, and those whose clients gave up while held: the router answers a "
@@ -198,6 +234,30 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             "\n".join(checks),
             "**What it shows.** " + claude_discussion(d),
         ]
+    )
+
+
+def _cap_of(d: Data) -> float:
+    return float(d.get("think_cap_s") or THINK_CAP_S)
+
+
+def _item_name(d: Data) -> str:
+    if d.get("tier_gib"):
+        return "claude-tier"
+    return "claude-gaps" if _cap_of(d) != THINK_CAP_S else "claude"
+
+
+def _gaps_note(d: Data) -> str:
+    cap = _cap_of(d)
+    if cap == THINK_CAP_S:
+        return ""
+    return (
+        f" Here a session's tool and think gaps are replayed up to {cap:g} s (the router's "
+        "`idle_expiry_s`) instead of 60 s: a person reading a diff, a long build or test run. "
+        "`kairos` and `predictive` stop counting a session idle for 60 s towards admission and "
+        "context pressure: vLLM holds its blocks only as evictable prefix cache, and it "
+        "re-prefills when it returns (docs/control-law.md, point 14); `kairos-paper` counts "
+        "every context until its agent ends."
     )
 
 

@@ -78,6 +78,19 @@ def test_decision_roundtrip_and_ordering() -> None:
     assert later.order_key > d.order_key
 
 
+def test_decision_eviction_window_is_optional_and_bounded() -> None:
+    """``evictable_after_s`` (control-law point 14): absent (an old daemon) or null
+    means off; any number must be finite and within (0, 1 h]."""
+    d = AdmissionDecision("g0", "d", 10.0, 3, evictable_after_s=60.0)
+    assert AdmissionDecision.from_json(d.to_json()).evictable_after_s == 60.0
+    body = d.to_json()
+    body.pop("evictable_after_s")
+    assert AdmissionDecision.from_json(body).evictable_after_s is None
+    for bad in (0, -1.0, 1e9, "60", True):
+        with pytest.raises(WireFormatError, match="evictable_after_s"):
+            AdmissionDecision.from_json({**d.to_json(), "evictable_after_s": bad})
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -149,7 +149,7 @@ def paper_level(snap: InstanceSnapshot) -> int:
     return make_controller("kairos-paper", LEVELS).decide(snap).level
 
 
-IDLE = (view("a", 35_000, False, 50.0), view("b", 35_000, False, 40.0))
+IDLE = (view("a", 35_000, False, 70.0), view("b", 35_000, False, 60.0))  # idle 30 and 40 s
 
 
 def test_idle_contexts_do_not_raise_the_clock() -> None:
@@ -170,7 +170,7 @@ def test_pressure_brings_back_the_paper_law() -> None:
     # Agents held here (the fleet is full) or U ≥ γ·U_max: contexts must drain.
     held = snapshot(IDLE, pending=(AgentView("p", 99.0, estimated_context_tokens=40_000),))
     assert KairosController(LEVELS).decide(held).level == paper_level(held) == 4
-    full = snapshot((*IDLE, view("c", 21_000, False, 10.0)))  # 91K ≥ γ·U_max
+    full = snapshot((*IDLE, view("c", 21_000, False, 80.0)))  # 91K ≥ γ·U_max
     assert KairosController(LEVELS).decide(full).level == paper_level(full) == LEVELS.count
 
 

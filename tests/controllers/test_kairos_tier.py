@@ -10,7 +10,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controllers import AgentView, InstanceSnapshot, KairosController
-from controllers.admission import AdmissionRule, InstanceGate, admits_now, resident_tokens
+from controllers.admission import (
+    Activity,
+    AdmissionRule,
+    InstanceGate,
+    admits_now,
+    resident_tokens,
+)
 from controllers.placement import InstanceLoad
 from controllers.registry import kairos_config_for, make_controller
 from tests.controllers.test_kairos_busy_ceiling import CAP, CFG, LEVELS, NOW
@@ -24,7 +30,8 @@ def _active(aid: str, ctx: int) -> AgentView:
 
 
 def _idle(aid: str, ctx: int) -> AgentView:
-    return AgentView(aid, 0.0, context_tokens=ctx, in_flight=False, last_active_s=NOW - 60.0)
+    # Idle past idle_after_s (10 s), within the eviction window (60 s, point 14).
+    return AgentView(aid, 0.0, context_tokens=ctx, in_flight=False, last_active_s=NOW - 30.0)
 
 
 def _snap(
@@ -37,7 +44,7 @@ def _snap(
 
 
 def test_resident_tokens_parks_idle_contexts_up_to_what_the_tier_has_left() -> None:
-    contexts = [(100, True), (300, False), (200, False)]
+    contexts = [(100, Activity.ACTIVE), (300, Activity.IDLE), (200, Activity.IDLE)]
     assert resident_tokens(contexts, 0) == 600  # no tier: U
     assert resident_tokens(contexts, 10_000) == 100  # every idle context parked
     # The tier also holds the active blocks: 350 − 100 leaves room for 250 idle.
@@ -46,18 +53,21 @@ def test_resident_tokens_parks_idle_contexts_up_to_what_the_tier_has_left() -> N
 
 
 @given(
-    contexts=st.lists(st.tuples(st.integers(0, 10**6), st.booleans()), max_size=8),
+    contexts=st.lists(st.tuples(st.integers(0, 10**6), st.sampled_from(Activity)), max_size=8),
     tier=st.integers(0, 10**7),
     more=st.integers(0, 10**6),
 )
 def test_resident_tokens_is_bounded_and_monotone(
-    contexts: list[tuple[int, bool]], tier: int, more: int
+    contexts: list[tuple[int, Activity]], tier: int, more: int
 ) -> None:
-    """Never below the active contexts nor above U; a larger tier never needs more room."""
-    usage = sum(c for c, _ in contexts)
-    active = sum(c for c, a in contexts if a)
+    """Never below the active contexts nor above U less the evictable ones; a larger
+    tier never needs more room."""
+    usage = sum(c for c, a in contexts if a is not Activity.EVICTABLE)
+    active = sum(c for c, a in contexts if a is Activity.ACTIVE)
     resident = resident_tokens(contexts, tier)
     assert active <= resident <= usage
+    if tier == 0:
+        assert resident == usage  # no tier: every context not evictable needs its room
     assert resident_tokens(contexts, tier + more) <= resident
 
 

@@ -176,9 +176,9 @@ def test_idle_contexts_do_not_pin_the_top_clock_without_pressure() -> None:
     now = 5.0 * (epoch + 1) + 1000.0
     idle = tuple(
         AgentView(f"i{i}", 0.0, int(0.4 * CAP), decode_tokens=20_000, llm_time_s=100.0,
-                  completed_steps=5, last_active_s=now - 60.0)
+                  completed_steps=5, last_active_s=now - 30.0)
         for i in range(2)
-    )  # U = 0.8·U_max: past α, under γ, nobody in flight for a minute  # fmt: skip
+    )  # U = 0.8·U_max: past α, under γ, nobody in flight for 30 s  # fmt: skip
     quiet = InstanceSnapshot(now, epoch + 1, CAP, ongoing=idle, clock_mhz=calm.clock_mhz)
     d = ctrl.decide(quiet)
     assert d.reason != "context-high" and d.level < LEVELS.count

@@ -169,3 +169,20 @@ async def test_the_router_gets_the_laws_activity_window_with_the_tier(
     await daemon.run_epoch()
     assert router.decisions[0].idle_after_s == 30.0
     assert router.decisions[0].offload_tokens == TIER_192_GIB_TOKENS
+
+
+async def test_the_router_gets_the_laws_eviction_window(
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """Sessions idle past ``[kairos] evictable_after_s`` stop counting towards
+    admission in the router too (control-law point 14), tier or not; ``kairos-paper``
+    has no window."""
+    daemon = await make_daemon(
+        vllm, router, session, clock, kairos=KairosConfig(evictable_after_s=120.0)
+    )
+    await daemon.run_epoch()
+    assert router.decisions[0].evictable_after_s == 120.0
+    assert router.decisions[0].offload_tokens == 0
+    paper = await make_daemon(vllm, router, session, clock, policy="kairos-paper")
+    await paper.run_epoch()
+    assert router.decisions[-1].evictable_after_s is None

@@ -213,3 +213,18 @@ def test_an_unreadable_trace_fails_before_any_run(
             main(["--seeds", "1", "--trace", str(trace)])
         assert exc.value.code == 2
         assert "--trace" in capsys.readouterr().err
+
+
+def test_think_cap_replays_longer_gaps_in_every_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--think-cap-s``: the same sessions with their tool and think gaps capped
+    elsewhere than the simulator's 60 s (docs/control-law.md, point 14); a bad
+    value is a usage error before any run."""
+    long_gaps = cell_spec(DEFAULT_FLEET._replace(think_cap_s=1800.0), "kairos", 0.004, 2)
+    dev = cell_spec(DEFAULT_FLEET, "kairos", 0.004, 2)
+    assert long_gaps.think_cap_s == 1800.0 and dev.think_cap_s == 60.0
+    assert dataclasses.replace(long_gaps, think_cap_s=60.0) == dev
+    for bad in ("0", "-5", "nan"):
+        with pytest.raises(SystemExit) as exc:
+            main(["--seeds", "1", "--think-cap-s", bad])
+        assert exc.value.code == 2
+        assert "--think-cap-s" in capsys.readouterr().err

@@ -51,6 +51,30 @@ async def _two(
     return router
 
 
+async def _two_full(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend, clock: ManualClock
+) -> RunningRouter:
+    """Two 10K-token instances, each past γ·U_max with one 9.5K-token session."""
+    for b in (backend, backend2):
+        b.behaviour.capacity_tokens = 10_000
+        b.behaviour.prompt_tokens = 9_500
+    router = await make_router([backend.url, backend2.url], clock=clock)
+    await router.health.check_once()
+    for _ in range(2):
+        await _turn(router, await start_agent(router.url), CHAT)  # one per instance
+    return router
+
+
+async def _newcomer_runs_at_once(
+    router: RunningRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    b = await start_agent(router.url)
+    await asyncio.wait_for(_turn(router, b, BIG), 5.0)  # not held
+    adm = router.core.admission
+    assert adm.queue("i0").order() == [] and adm.queue("i1").order() == []
+    assert len(backend.received) + len(backend2.received) == 3
+
+
 async def test_newcomer_goes_where_it_is_admitted_now(
     make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
 ) -> None:
@@ -113,15 +137,9 @@ async def test_idle_contexts_a_cpu_tier_holds_do_not_hold_a_newcomer(
     daemons report vLLM's CPU KV tier, so those contexts need no room in HBM and a
     newcomer runs at once (control-law point 13); once the daemons go stale the
     router's own fallback counts every context again and would hold it."""
-    for b in (backend, backend2):
-        b.behaviour.capacity_tokens = 10_000
-        b.behaviour.prompt_tokens = 9_500
     clock = ManualClock()
-    router = await make_router([backend.url, backend2.url], clock=clock)
-    await router.health.check_once()
+    router = await _two_full(make_router, backend, backend2, clock)
     adm = router.core.admission
-    for _ in range(2):
-        await _turn(router, await start_agent(router.url), CHAT)  # one per instance
     clock.advance(60.0)  # both sessions idle by the default 10 s window
     for epoch, idle_after_s in ((1, 120.0), (2, 10.0)):
         for i in range(2):
@@ -139,10 +157,43 @@ async def test_idle_contexts_a_cpu_tier_holds_do_not_hold_a_newcomer(
         (1_000_000, 0),
         (1_000_000, 0),
     ]
-    b = await start_agent(router.url)
-    await asyncio.wait_for(_turn(router, b, BIG), 5.0)  # not held
-    assert adm.queue("i0").order() == [] and adm.queue("i1").order() == []
-    assert len(backend.received) + len(backend2.received) == 3
+    await _newcomer_runs_at_once(router, backend, backend2)
     clock.advance(30.0)  # the daemons' decisions expire: the paper's rule again
     assert all(adm.gate(i).resident_tokens is None for i in router.core.pool)
     assert not any(admits_now(adm.gate(i), 5_000, adm.rule) for i in router.core.pool)
+
+
+async def test_sessions_idle_past_the_eviction_window_do_not_hold_a_newcomer(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    """Both instances are above γ·U_max, no CPU tier. While their sessions are idle
+    for less than the daemons' eviction window a newcomer is held; once they have
+    been idle past it, vLLM keeps their blocks only as evictable prefix cache and
+    the newcomer runs at once (control-law point 14). A daemon whose law has no
+    window (``kairos-paper``, an old daemon) counts them all."""
+    clock = ManualClock()
+    router = await _two_full(make_router, backend, backend2, clock)
+    adm = router.core.admission
+
+    def report(epoch: int, evictable_after_s: float | None) -> None:
+        for i in range(2):
+            decision = AdmissionDecision(
+                f"i{i}", "d", 1.0, epoch, capacity_tokens=10_000,
+                evictable_after_s=evictable_after_s,
+            )  # fmt: skip
+            assert adm.apply_decision(decision).accepted
+
+    clock.advance(30.0)  # idle, not yet past the window
+    report(1, 60.0)
+    assert not any(admits_now(adm.gate(i), 5_000, adm.rule) for i in router.core.pool)
+    clock.advance(40.0)  # idle 70 s
+    report(2, None)  # a law without a window: every context still counts
+    assert not any(admits_now(adm.gate(i), 5_000, adm.rule) for i in router.core.pool)
+    report(3, 60.0)
+    assert [adm.gate(i).resident_tokens for i in router.core.pool] == [0, 0]
+    listed = router.core.instances_json()  # what GET /kairos/v1/instances shows
+    assert [(i["evictable_after_s"], i["admission_usage_tokens"]) for i in listed] == [
+        (60.0, 0),
+        (60.0, 0),
+    ]
+    await _newcomer_runs_at_once(router, backend, backend2)

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controllers.admission import HeldAgent, admits_now, place, rehome_held
+from controllers.kairos import KairosConfig
 from controllers.placement import PlacementRequest
 from kairos_common.testing import ManualClock
 from kairos_common.wire import AdmissionDecision
@@ -45,32 +46,42 @@ def _router() -> RouterCore:
     return RouterCore(config, secret=None, store=None, records=None, clock=ManualClock())
 
 
-def _cluster(tier_tokens: int = 0) -> Cluster:
+def _cluster(tier_tokens: int = 0, evict_s: float | None = None) -> Cluster:
     preset = PRESET
     if tier_tokens:
         engine = dataclasses.replace(PRESET.engine, kv_offload_tokens=tier_tokens)
         preset = dataclasses.replace(PRESET, engine=engine)
-    return Cluster(preset, ClusterConfig(policy="kairos", instances=N), _Workload(), [])  # type: ignore[arg-type]
+    law = KairosConfig(evictable_after_s=evict_s)
+    config = ClusterConfig(policy="kairos", instances=N, kairos=law)
+    return Cluster(preset, config, _Workload(), [])  # type: ignore[arg-type]
 
 
-def _report_tier(core: RouterCore, tier_tokens: int) -> None:
-    """Each instance's daemon reports its CPU KV tier, as kairosd does every epoch."""
+def _report_law(core: RouterCore, tier_tokens: int, evict_s: float | None) -> None:
+    """Each instance's daemon reports its CPU KV tier and its law's eviction window,
+    as kairosd does every epoch."""
     for i in range(N):
         decision = AdmissionDecision(
-            f"sim{i}", "d", 1.0, 1, capacity_tokens=CAP, offload_tokens=tier_tokens
+            f"sim{i}",
+            "d",
+            1.0,
+            1,
+            capacity_tokens=CAP,
+            offload_tokens=tier_tokens,
+            evictable_after_s=evict_s,
         )
         assert core.admission.apply_decision(decision).accepted
 
 
 # Ongoing agents per instance: (C_a, activity), activity 0 = a request in flight,
-# 1 = its last ended 5 s ago (active), 2 = 60 s ago (idle), 3 = none completed yet.
+# 1 = its last ended 5 s ago (active), 2 = 30 s ago (idle), 3 = none completed yet,
+# 4 = 300 s ago (idle past the eviction window).
 ongoing_st = st.lists(
-    st.lists(st.tuples(st.integers(1_000, 200_000), st.integers(0, 3)), max_size=4),
+    st.lists(st.tuples(st.integers(1_000, 200_000), st.integers(0, 4)), max_size=4),
     min_size=N,
     max_size=N,
 )
 held_st = st.lists(st.tuples(st.integers(0, N - 1), st.integers(1_000, 300_000)), max_size=4)
-IDLE_FOR_S = (0.0, 5.0, 60.0, 0.0)
+IDLE_FOR_S = (0.0, 5.0, 30.0, 0.0, 300.0)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -79,13 +90,19 @@ IDLE_FOR_S = (0.0, 5.0, 60.0, 0.0)
     held=held_st,
     newcomer=st.integers(1_000, 300_000),
     tier=st.sampled_from([0, 150_000, 2_000_000]),
+    evict_s=st.sampled_from([None, 60.0]),
 )
 def test_router_and_simulator_decide_alike(
-    ongoing: list[list[tuple[int, int]]], held: list[tuple[int, int]], newcomer: int, tier: int
+    ongoing: list[list[tuple[int, int]]],
+    held: list[tuple[int, int]],
+    newcomer: int,
+    tier: int,
+    evict_s: float | None,
 ) -> None:
     """With and without a CPU KV tier (whose idle contexts need no room, control-law
-    point 13), the router and the simulator see and decide the same."""
-    asyncio.run(_check(ongoing, held, newcomer, tier))
+    point 13) and an eviction window (point 14), the router and the simulator see
+    and decide the same."""
+    asyncio.run(_check(ongoing, held, newcomer, tier, evict_s))
 
 
 def _join(core: RouterCore, cluster: Cluster, i: int, aid: str, size: int, activity: int) -> None:
@@ -103,13 +120,17 @@ def _join(core: RouterCore, cluster: Cluster, i: int, aid: str, size: int, activ
 
 
 async def _check(
-    ongoing: list[list[tuple[int, int]]], held: list[tuple[int, int]], newcomer: int, tier: int
+    ongoing: list[list[tuple[int, int]]],
+    held: list[tuple[int, int]],
+    newcomer: int,
+    tier: int,
+    evict_s: float | None,
 ) -> None:
-    core, cluster = _router(), _cluster(tier)
+    core, cluster = _router(), _cluster(tier, evict_s)
     ledger, adm = core.ledger, core.admission
     now = core.clock()
-    if tier:
-        _report_tier(core, tier)
+    if tier or evict_s is not None:
+        _report_law(core, tier, evict_s)
     for i, agents in enumerate(ongoing):
         for k, (size, activity) in enumerate(agents):
             _join(core, cluster, i, f"on-{i}-{k}", size, activity)
