@@ -119,6 +119,11 @@ def cell_spec(fleet: Fleet, policy: str, rate: float, cell: Cell) -> SimSpec:
     return with_variant(spec, policy)
 
 
+def think_cap_ok(think_cap_s: float | None) -> bool:
+    """``--think-cap-s``: unset, or a finite positive number of seconds."""
+    return think_cap_s is None or (math.isfinite(think_cap_s) and think_cap_s > 0)
+
+
 def _run(fleet: Fleet, key: Key) -> tuple[Key, Metrics]:
     metrics = run_metrics(cell_spec(fleet, *key))
     metrics.pop("series", None)  # only the summary crosses back
@@ -227,9 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.phases < 1:
         ap.error("--phases must be >= 1")
-    if args.think_cap_s is not None and not (
-        math.isfinite(args.think_cap_s) and args.think_cap_s > 0
-    ):
+    if not think_cap_ok(args.think_cap_s):
         ap.error("--think-cap-s must be a positive number of seconds")
     try:
         with_kv_offload(with_num_levels(SimSpec().preset, args.num_levels), args.kv_offload_gib)

@@ -12,6 +12,7 @@ loses to the fixed clock (negative: where it gains).
 
     .venv/bin/python -m scripts.energy_by_reason --seeds 8 --rate 0.004
     .venv/bin/python -m scripts.energy_by_reason --policy 'predictive[context_high_top=false]'
+    .venv/bin/python -m scripts.energy_by_reason --policy kairos --think-cap-s 1800
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from typing import NamedTuple
 
-from scripts.compare_claude import DEFAULT_FLEET, cell_spec
+from scripts.compare_claude import DEFAULT_FLEET, cell_spec, think_cap_ok
 from scripts.results_lib.variants import with_variant
 from simulator.runner import SimSpec, run_sim
 
@@ -42,9 +43,11 @@ def row_of(reason: str, clock_mhz: int | None, low_mhz: int) -> str:
     return reason or "(none)"
 
 
-def spent(policy: str, rate: float, seed: int, low_mhz: int) -> Spent:
+def spent(
+    policy: str, rate: float, seed: int, low_mhz: int, think_cap_s: float | None = None
+) -> Spent:
     """Run one cell and sum its epochs' energy above idle and tokens per row."""
-    spec = cell_spec(DEFAULT_FLEET, policy, rate, seed)
+    spec = cell_spec(DEFAULT_FLEET._replace(think_cap_s=think_cap_s), policy, rate, seed)
     idle_w = spec.preset.power.idle_w
     energy: Counter[str] = Counter()
     tokens: Counter[str] = Counter()
@@ -57,7 +60,7 @@ def spent(policy: str, rate: float, seed: int, low_mhz: int) -> Spent:
     return Spent(energy, tokens, total_j)
 
 
-def _job(args: tuple[str, float, int, int]) -> Spent:
+def _job(args: tuple[str, float, int, int, float | None]) -> Spent:
     return spent(*args)
 
 
@@ -90,9 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--against", default="fixed:900", help="the fixed clock compared with")
     ap.add_argument("--low-mhz", type=int, default=1000, help="epochs at or below: one row")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument(
+        "--think-cap-s", type=float, help="cap on the sessions' gaps (compare_claude's)"
+    )
     args = ap.parse_args(argv)
     if args.seeds < 1:
         ap.error("--seeds must be >= 1")
+    if not think_cap_ok(args.think_cap_s):
+        ap.error("--think-cap-s must be a positive number of seconds")
     if not args.against.startswith("fixed:"):
         ap.error(f"--against must be a fixed clock (fixed:MHZ), got {args.against!r}")
     try:
@@ -100,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         ap.error(str(exc))
     jobs = [
-        (p, args.rate, s, args.low_mhz)
+        (p, args.rate, s, args.low_mhz, args.think_cap_s)
         for s in range(1, args.seeds + 1)
         for p in (args.policy, args.against)
     ]

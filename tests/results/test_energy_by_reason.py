@@ -43,6 +43,7 @@ def test_merge_sums_runs() -> None:
         (["--against", "kairos"], "fixed clock"),
         (["--policy", "kairos[no_such=1]"], "no_such"),
         (["--seeds", "0"], "--seeds"),
+        (["--think-cap-s", "0"], "--think-cap-s"),
     ],
 )
 def test_bad_flags_exit_2_naming_the_problem(
