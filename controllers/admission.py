@@ -141,6 +141,12 @@ def resident_tokens(contexts: Iterable[tuple[int, Activity]], offload_tokens: in
     return active + idle - parked
 
 
+def evictable_tokens(contexts: Iterable[tuple[int, Activity]]) -> int:
+    """The part of ``U`` that is only evictable prefix cache (point 14): room vLLM
+    gives to whoever needs it, so overflow relief may move an agent into it."""
+    return sum(tokens for tokens, state in contexts if state is Activity.EVICTABLE)
+
+
 def new_agent_tokens(
     estimate_tokens: int | None, placeholder_tokens: int, limit_tokens: int
 ) -> int:
@@ -177,6 +183,9 @@ class InstanceGate:
     defer: bool = False
     admission_control: bool = True
     resident_tokens: int | None = None
+    evictable_tokens: int = 0
+    """The contexts of agents away past the eviction window (:func:`evictable_tokens`),
+    which overflow relief counts as room."""
 
     @property
     def admission_usage_tokens(self) -> int:
@@ -299,9 +308,11 @@ def overflow_target(
     Idle contexts do not trigger it: vLLM evicts an idle agent's prefix cache
     without preempting anyone, and a move then only costs a re-prefill (moving
     whenever ``U_i > U_max`` cost one of 16 cells at 0.004 sessions/s two points of
-    attainment). The move admits nobody (the context is already in the fleet), so
-    agents held on the target or a deferring daemon there do not stop it (requiring
-    that cost most of the effect: 72 instead of 19 preemptions at 0.008 sessions/s).
+    attainment). For the same reason the target's room leaves out the contexts of
+    agents away past the eviction window (``gate.evictable_tokens``, point 14).
+    The move admits nobody (the context is already in the fleet), so agents held
+    on the target or a deferring daemon there do not stop it (requiring that cost
+    most of the effect: 72 instead of 19 preemptions at 0.008 sessions/s).
     Room is judged with Eq. 13 under every policy, also where admission control is
     off. None: stay. docs/control-law.md, point 10.
     """
@@ -317,7 +328,10 @@ def overflow_target(
         if g.load.name != current
         and g.load.capacity_tokens > 0
         and admit_in_order(
-            ((agent_id, context_tokens),), g.load.usage_tokens, g.load.capacity_tokens, room
+            ((agent_id, context_tokens),),
+            g.load.usage_tokens - g.evictable_tokens,
+            g.load.capacity_tokens,
+            room,
         )[0]
     ]
     if not fits:

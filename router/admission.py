@@ -39,6 +39,7 @@ from controllers.admission import (
     activity,
     admit_in_order,
     admits_now,
+    evictable_tokens,
     new_agent_tokens,
     rehome_held,
     resident_tokens,
@@ -119,24 +120,27 @@ class AdmissionService:
         now = self.clock()
         fresh = inst.daemon_fresh(now)
         q = self.queues.get(inst.name)
+        resident, evictable = self._admission_tokens(inst, now) if fresh else (None, 0)
         return InstanceGate(
             self.ledger.load_of(inst.name, inst.index, inst.capacity_tokens),
             held=len(q) if q else 0,
             defer=fresh and inst.decision_defer,
             admission_control=not fresh or inst.decision_admission_control,
-            resident_tokens=self._resident_tokens(inst, now) if fresh else None,
+            resident_tokens=resident,
+            evictable_tokens=evictable,
         )
 
-    def _resident_tokens(self, inst: Instance, now_s: float) -> int | None:
-        """``U`` less the evictable contexts and the idle ones the instance's CPU KV
-        tier holds, by the daemon's law and windows (docs/control-law.md, points
-        13–14); None when that law counts every context. Only while the daemon is
+    def _admission_tokens(self, inst: Instance, now_s: float) -> tuple[int | None, int]:
+        """``(resident, evictable)`` by the daemon's law and windows
+        (docs/control-law.md, points 13–14): ``U`` less the evictable contexts and
+        the idle ones the instance's CPU KV tier holds (None when that law counts
+        every context), and the evictable contexts alone. Only while the daemon is
         fresh: a stale one may describe a vLLM since restarted, and the local
         fallback then holds as the paper does."""
         tier = inst.decision_offload_tokens
         evict_s = inst.decision_evictable_after_s
         if tier <= 0 and evict_s is None:
-            return None
+            return None, 0
         idle_s = inst.decision_idle_after_s
         contexts = [
             (
@@ -146,7 +150,7 @@ class AdmissionService:
             for a in map(self.ledger.get, self.ledger.ongoing_ids(inst.name))
             if a is not None
         ]
-        return resident_tokens(contexts, tier)
+        return resident_tokens(contexts, tier), evictable_tokens(contexts)
 
     def gates(self, exclude: Collection[str] = ()) -> list[InstanceGate]:
         """Gates of every eligible (healthy, not draining) instance."""

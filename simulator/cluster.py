@@ -251,16 +251,20 @@ class Cluster:
 
     def gates(self, t: float) -> list[InstanceGate]:
         """What fleet admission sees of each instance at ``t`` (as the router builds it)."""
-        return [
-            InstanceGate(
-                load,
-                held=len(inst.pending),
-                defer=inst.decision is not None and inst.decision.defer_admissions,
-                admission_control=inst.controller.admission_control,
-                resident_tokens=inst.resident_tokens(t, self._kairos),
+        gates = []
+        for inst, load in zip(self.instances, self._loads(), strict=True):
+            resident, evictable = inst.admission_tokens(t, self._kairos)
+            gates.append(
+                InstanceGate(
+                    load,
+                    held=len(inst.pending),
+                    defer=inst.decision is not None and inst.decision.defer_admissions,
+                    admission_control=inst.controller.admission_control,
+                    resident_tokens=resident,
+                    evictable_tokens=evictable,
+                )
             )
-            for inst, load in zip(self.instances, self._loads(), strict=True)
-        ]
+        return gates
 
     def _on_arrival(self, t: float, program: AgentProgram, parent: str | None) -> None:
         self.started_agents += 1

@@ -39,6 +39,18 @@ def test_stays_when_no_instance_has_room_by_eq_13() -> None:
     )
 
 
+def test_sessions_away_past_the_eviction_window_leave_room_on_a_target() -> None:
+    # i1 holds 90K (≥ γ·U_max), 60K of it sessions away past the window (point 14):
+    # vLLM gives that room to whoever needs it, so the agent moves there. Ranking
+    # still weighs every context: with i2 also open, i2 (less U) wins.
+    away = InstanceGate(InstanceLoad("i1", 1, 90_000, CAP, active=True), evictable_tokens=60_000)
+    assert (
+        overflow_target("a", "i0", 50_000, 60_000, [FLEET[0], gate("i1", 1, 90_000)], RULE) is None
+    )
+    assert overflow_target("a", "i0", 50_000, 60_000, [FLEET[0], away], RULE) == "i1"
+    assert overflow_target("a", "i0", 50_000, 60_000, [FLEET[0], away, FLEET[2]], RULE) == "i2"
+
+
 def test_held_agents_or_a_deferring_daemon_on_the_target_do_not_stop_it() -> None:
     # the mover's context is already in the fleet: the move admits nobody
     fleet = [FLEET[0], gate("i1", 1, 20_000, held=2, defer=True)]

@@ -161,28 +161,32 @@ async def _check(
 
 
 running_st = st.lists(
-    st.lists(st.tuples(st.integers(1_000, 200_000), st.booleans()), max_size=4),
+    st.lists(st.tuples(st.integers(1_000, 200_000), st.integers(0, 4)), max_size=4),
     min_size=N,
     max_size=N,
 )
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ongoing=running_st, mover=st.integers(1_000, 300_000))
-def test_overflow_relief_alike(ongoing: list[list[tuple[int, bool]]], mover: int) -> None:
+@given(
+    ongoing=running_st,
+    mover=st.integers(1_000, 300_000),
+    evict_s=st.sampled_from([None, 60.0]),
+)
+def test_overflow_relief_alike(
+    ongoing: list[list[tuple[int, int]]], mover: int, evict_s: float | None
+) -> None:
     """An agent of sim0 issues a request beside those in flight: the router and the
-    simulator move it to the same instance, or keep it (control-law point 10)."""
-    core, cluster = _router(), _cluster()
-    ledger = core.ledger
+    simulator move it to the same instance, or keep it (control-law point 10), the
+    room on a target counting sessions away past the eviction window as free
+    (point 14)."""
+    core, cluster = _router(), _cluster(0, evict_s)
+    if evict_s is not None:
+        _report_law(core, 0, evict_s)
     for i, agents in enumerate(ongoing):
-        for k, (size, running) in enumerate(agents):
-            aid = f"on-{i}-{k}"
-            ledger.add(
-                Agent(aid, 0.0, 0.0, instance=f"sim{i}", admitted=True, context_tokens=size)
-            ).in_flight = int(running)
-            sim = SimAgent(_program(aid, size), 0.0, i)
-            sim.context_tokens, sim.admitted, sim.in_flight = size, True, running
-            cluster.instances[i].join(sim)
+        for k, (size, activity) in enumerate(agents):
+            _join(core, cluster, i, f"on-{i}-{k}", size, activity)
+    ledger = core.ledger
     agent = ledger.add(Agent("m", 0.0, 0.0, instance="sim0", admitted=True, context_tokens=mover))
     sim = SimAgent(_program("m", mover), 0.0, 0)
     sim.context_tokens, sim.admitted = mover, True
