@@ -77,7 +77,7 @@ def active_now(
 ) -> bool:
     """Is an agent working now: a request in flight, or one ended within
     ``idle_after_s``? Unknown activity (no request ended yet) counts as active."""
-    return in_flight or last_active_s is None or now_s - last_active_s < idle_after_s
+    return activity(in_flight, last_active_s, now_s, idle_after_s, None) is Activity.ACTIVE
 
 
 class Activity(enum.Enum):
@@ -101,8 +101,9 @@ def activity(
     idle_after_s: float,
     evictable_after_s: float | None,
 ) -> Activity:
-    """Classify one agent as :func:`active_now` does, then by the eviction window
-    (None: never evictable)."""
+    """Active (a request in flight, one ended within ``idle_after_s``, or unknown
+    activity), else evictable once idle for ``evictable_after_s`` (None: never),
+    else idle."""
     if in_flight or last_active_s is None:
         return Activity.ACTIVE
     idle_s = now_s - last_active_s
@@ -145,6 +146,27 @@ def evictable_tokens(contexts: Iterable[tuple[int, Activity]]) -> int:
     """The part of ``U`` that is only evictable prefix cache (point 14): room vLLM
     gives to whoever needs it, so overflow relief may move an agent into it."""
     return sum(tokens for tokens, state in contexts if state is Activity.EVICTABLE)
+
+
+def admission_tokens(
+    agents: Iterable[tuple[int, bool, float | None]],
+    now_s: float,
+    idle_after_s: float,
+    evictable_after_s: float | None,
+    offload_tokens: int,
+) -> tuple[int, int] | None:
+    """``(resident, evictable)`` over ``(C_a, in_flight, last_active_s)`` per agent
+    (:func:`resident_tokens`, :func:`evictable_tokens`), as the controller, the
+    router and the simulator all weigh an instance. None when the law counts every
+    context (no CPU KV tier, no eviction window): the caller uses ``U``, and
+    ``agents`` is not read."""
+    if offload_tokens <= 0 and evictable_after_s is None:
+        return None
+    contexts = [
+        (tokens, activity(in_flight, last, now_s, idle_after_s, evictable_after_s))
+        for tokens, in_flight, last in agents
+    ]
+    return resident_tokens(contexts, offload_tokens), evictable_tokens(contexts)
 
 
 def new_agent_tokens(

@@ -32,9 +32,8 @@ from dataclasses import dataclass
 from controllers.admission import (
     AdmissionRule,
     active_now,
-    activity,
+    admission_tokens,
     admit_in_order,
-    resident_tokens,
 )
 from controllers.errors import InvalidConfigError, InvalidSnapshotError
 from controllers.frequency import FrequencyLevels
@@ -277,21 +276,14 @@ class KairosController:
         """``U`` less the evictable contexts (point 14) and, ``with_tier``, the idle
         ones the CPU KV tier holds (point 13):
         :func:`controllers.admission.resident_tokens`."""
-        tier = self.offload_tokens(snapshot) if with_tier else 0
-        evict_s = self.evictable_after_s(snapshot)
-        if tier == 0 and evict_s is None:
-            return usage
-        now, idle_s = snapshot.now_s, self.config.idle_after_s
-        return resident_tokens(
-            (
-                (
-                    self.agent_context(a),
-                    activity(a.in_flight, a.last_active_s, now, idle_s, evict_s),
-                )
-                for a in snapshot.ongoing
-            ),
-            tier,
+        weighed = admission_tokens(
+            ((self.agent_context(a), a.in_flight, a.last_active_s) for a in snapshot.ongoing),
+            snapshot.now_s,
+            self.config.idle_after_s,
+            self.evictable_after_s(snapshot),
+            self.offload_tokens(snapshot) if with_tier else 0,
         )
+        return usage if weighed is None else weighed[0]
 
     def active_usage(self, snapshot: InstanceSnapshot) -> int:
         """The contexts of the agents :meth:`is_active` counts as working now."""

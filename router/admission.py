@@ -36,13 +36,11 @@ from controllers.admission import (
     HeldAgent,
     InstanceGate,
     Move,
-    activity,
+    admission_tokens,
     admit_in_order,
     admits_now,
-    evictable_tokens,
     new_agent_tokens,
     rehome_held,
-    resident_tokens,
 )
 from controllers.kairos import KairosController
 from controllers.placement import Consolidating, PlacementPolicy
@@ -137,20 +135,19 @@ class AdmissionService:
         every context), and the evictable contexts alone. Only while the daemon is
         fresh: a stale one may describe a vLLM since restarted, and the local
         fallback then holds as the paper does."""
-        tier = inst.decision_offload_tokens
-        evict_s = inst.decision_evictable_after_s
-        if tier <= 0 and evict_s is None:
-            return None, 0
-        idle_s = inst.decision_idle_after_s
-        contexts = [
+        ledger = self.ledger
+        weighed = admission_tokens(
             (
-                self.ledger.context_of(a),
-                activity(a.in_flight > 0, a.last_active_s, now_s, idle_s, evict_s),
-            )
-            for a in map(self.ledger.get, self.ledger.ongoing_ids(inst.name))
-            if a is not None
-        ]
-        return resident_tokens(contexts, tier), evictable_tokens(contexts)
+                (ledger.context_of(a), a.in_flight > 0, a.last_active_s)
+                for a in map(ledger.get, ledger.ongoing_ids(inst.name))
+                if a is not None
+            ),
+            now_s,
+            inst.decision_idle_after_s,
+            inst.decision_evictable_after_s,
+            inst.decision_offload_tokens,
+        )
+        return (None, 0) if weighed is None else weighed
 
     def gates(self, exclude: Collection[str] = ()) -> list[InstanceGate]:
         """Gates of every eligible (healthy, not draining) instance."""

@@ -9,7 +9,7 @@ every request), and what vLLM reports about each finished request.
 from __future__ import annotations
 
 from controllers import ControlDecision, Controller, InstanceLoad, RequestObservation
-from controllers.admission import activity, evictable_tokens, resident_tokens
+from controllers.admission import admission_tokens
 from controllers.energy_attribution import EnergyAccountant
 from controllers.kairos import KairosConfig
 from reporting.records import EpochRecord
@@ -78,16 +78,14 @@ class SimInstance:
         (docs/control-law.md, points 13–14): ``U`` less the evictable contexts and
         what this instance's CPU KV tier holds of the idle ones (None when the law
         counts every context), and the evictable contexts alone."""
-        tier = self.engine.params.kv_offload_tokens if law.offload_aware else 0
-        evict_s = law.evictable_after_s
-        if tier <= 0 and evict_s is None:
-            return None, 0
-        idle_s = law.idle_after_s
-        contexts = [
-            (a.usage_tokens(), activity(a.in_flight, a.last_end_s, t, idle_s, evict_s))
-            for a in self.ongoing.values()
-        ]
-        return resident_tokens(contexts, tier), evictable_tokens(contexts)
+        weighed = admission_tokens(
+            ((a.usage_tokens(), a.in_flight, a.last_end_s) for a in self.ongoing.values()),
+            t,
+            law.idle_after_s,
+            law.evictable_after_s,
+            self.engine.params.kv_offload_tokens if law.offload_aware else 0,
+        )
+        return (None, 0) if weighed is None else weighed
 
     def join(self, agent: SimAgent) -> None:
         self.ongoing[agent.agent_id] = agent

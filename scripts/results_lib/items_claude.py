@@ -24,6 +24,7 @@ from scripts.results_lib.render import command, fmt, table
 from scripts.results_lib.runs import Metrics, Task, cell, saving_pct
 from simulator.presets import with_kv_offload
 from simulator.runner import SimSpec
+from simulator.workload_trace import DEFAULT_THINK_CAP_S
 
 INSTANCES = 4
 FIXED = ("fixed:900", "fixed:1020", "fixed:1140", "fixed:1305")
@@ -35,7 +36,7 @@ GAPS_CAP_S = 1800.0
 """Item 12's cap on a session's tool and think gaps: the router's ``idle_expiry_s``,
 after which it ends an agent that has gone quiet (items 10–11: the simulator's
 default 60 s, which drops every gap a person or a long build makes)."""
-THINK_CAP_S = 60.0
+THINK_CAP_S = DEFAULT_THINK_CAP_S
 
 
 def rates(plan: Plan) -> tuple[float, ...]:
