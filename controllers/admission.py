@@ -45,6 +45,9 @@ class AdmissionRule:
     """False: no thrashing avoidance, every agent is admitted at once."""
     admit_within_beta: bool = True
     """Admit the head only if ``U + C_head ≤ β·U_max`` (docs/control-law.md, point 3)."""
+    make_room: bool = True
+    """Move idle agents so that a held agent the fleet's split room could take is
+    admitted (:func:`controllers.room.make_room`; docs/control-law.md, point 15)."""
 
 
 def admit_in_order(
@@ -297,13 +300,15 @@ def rehome_held(
         request = PlacementRequest(agent.agent_id, sequence + len(moves), size)
         target = policy.place(request, [g.load for g in others])
         moves.append(Move(agent.agent_id, agent.instance, target))
-        gate = by_name[target]
-        load = dataclasses.replace(
-            gate.load, usage_tokens=gate.load.usage_tokens + size, active=True
-        )
-        resident = None if gate.resident_tokens is None else gate.resident_tokens + size
-        by_name[target] = dataclasses.replace(gate, load=load, resident_tokens=resident)
+        by_name[target] = with_admitted(by_name[target], size)
     return tuple(moves)
+
+
+def with_admitted(gate: InstanceGate, tokens: int) -> InstanceGate:
+    """``gate`` once an agent of ``tokens`` is admitted there (a planned move)."""
+    load = dataclasses.replace(gate.load, usage_tokens=gate.load.usage_tokens + tokens, active=True)
+    resident = None if gate.resident_tokens is None else gate.resident_tokens + tokens
+    return dataclasses.replace(gate, load=load, resident_tokens=resident)
 
 
 def overflow_target(

@@ -53,6 +53,10 @@ class KairosConfig:
     new_agent_context_tokens: int = 3000
     pending_grace_s: float = 10.0
     admit_within_beta: bool = True
+    make_room: bool = True
+    """Fleet admission moves idle agents off an instance so that a held agent fits
+    there when the fleet's free room is split between instances (docs/control-law.md,
+    point 15). False: held agents wait for one instance to have the room alone."""
     activity_aware: bool = True
     """Eq. 9 from the context of *active* agents only (docs/control-law.md, point 6);
     False is the paper-exact law (policy ``kairos-paper``)."""
@@ -138,6 +142,7 @@ class KairosConfig:
             gamma=self.gamma,
             enabled=self.thrashing_avoidance,
             admit_within_beta=self.admit_within_beta,
+            make_room=self.make_room,
         )
 
 

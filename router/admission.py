@@ -7,7 +7,7 @@ agent moves to any instance that would admit it now (:meth:`AdmissionService.reh
 after every daemon decision and maintenance round; admission source ``fleet``).
 Holding is for when no instance has room.
 
-Four sources of admission, all with the same thresholds:
+Five sources of admission, all with the same thresholds:
 
 * **daemon** — the instance's ``kairosd`` posts versioned decisions; they are
   applied only in increasing ``(daemon_start_unix_s, epoch)`` order, and only to
@@ -19,6 +19,9 @@ Four sources of admission, all with the same thresholds:
   run out), the router runs the same rule itself whenever usage or the queue
   changes.
 * **fleet** — a held agent another instance admits now moves there.
+* **room** — when agents are still held, idle agents move off one instance to
+  others that admit them, so that the longest-held agent that fits that way is
+  admitted there (:meth:`AdmissionService.make_room`, :mod:`controllers.room`).
 
 An instance whose capacity is unknown admits everything: no thrashing
 avoidance is possible without ``U_max``.
@@ -44,6 +47,7 @@ from controllers.admission import (
 )
 from controllers.kairos import KairosController
 from controllers.placement import Consolidating, PlacementPolicy
+from controllers.room import IdleAgent, idle_agents, make_room
 from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
 from router.config import AdmissionSettings
 from router.errors import HoldQueueFullError, HoldTimeoutError, NoBackendError
@@ -186,7 +190,8 @@ class AdmissionService:
         if not held:
             return ()
         held.sort(key=lambda pair: pair[0])
-        moves = rehome_held(self.policy, [h for _, h in held], self.gates(), self.rule, self._moves)
+        views = [h for _, h in held]
+        moves = rehome_held(self.policy, views, self.gates(), self.rule, self._moves)
         self._moves += len(moves)
         for move in moves:
             agent = self.ledger.get(move.agent_id)
@@ -195,7 +200,56 @@ class AdmissionService:
                 self._admit(agent, target, "fleet", queue=move.source)
                 log.info("held_agent_moved", agent=agent.agent_id, source=move.source,
                          target=move.target)  # fmt: skip
+        moved = {m.agent_id for m in moves}
+        still = [h for h in views if h.agent_id not in moved]
+        return moves + (self.make_room(still) if still else ())
+
+    def make_room(self, held: list[HeldAgent]) -> tuple[Move, ...]:
+        """Move idle agents so that a held one is admitted (:func:`controllers.room.make_room`;
+        docs/control-law.md, point 15): the moved agents' next requests go to their
+        new instance, the held agent is admitted with source ``room``."""
+        now = self.clock()
+        idle = [a for inst in self.pool.eligible() for a in self._idle_agents(inst, now)]
+        if not idle:
+            return ()
+        moves = make_room(self.policy, held, idle, self.gates(), self.rule, self._moves)
+        if not moves:
+            return ()
+        self._moves += len(moves)
+        *movers, admitted = moves
+        for move in movers:
+            agent = self.ledger.get(move.agent_id)
+            assert agent is not None and not agent.in_flight  # listed idle in this same pass
+            self.ledger.set_ongoing(agent, move.target)
+            agent.steps_since_assign = 0
+            self.metrics.reassignments.labels(move.source, move.target, "room").inc()
+            log.info("agent_moved_for_room", agent=agent.agent_id, source=move.source,
+                     target=move.target, held_agent=admitted.agent_id)  # fmt: skip
+        agent = self.ledger.get(admitted.agent_id)
+        target = self.pool.get(admitted.target)
+        if agent is not None and target is not None:
+            self._admit(agent, target, "room", queue=admitted.source)
         return moves
+
+    def _idle_agents(self, inst: Instance, now_s: float) -> list[IdleAgent]:
+        """``inst``'s agents that making room may move, by its daemon's windows (the
+        paper's, counting every context, while the daemon is stale); none on an
+        instance whose CPU KV tier the daemon counts on (idle contexts need no room)."""
+        fresh = inst.daemon_fresh(now_s)
+        if fresh and inst.decision_offload_tokens > 0:
+            return []
+        ledger = self.ledger
+        return idle_agents(
+            inst.name,
+            (
+                (a.agent_id, ledger.context_of(a), a.in_flight > 0, a.last_active_s)
+                for a in map(ledger.get, ledger.ongoing_ids(inst.name))
+                if a is not None
+            ),
+            now_s,
+            inst.decision_idle_after_s,
+            inst.decision_evictable_after_s if fresh else None,
+        )
 
     def _admit(
         self, agent: Agent, inst: Instance, source: str, *, queue: str | None = None

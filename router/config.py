@@ -88,6 +88,9 @@ class AdmissionSettings:
     gamma: float = 0.90
     new_agent_context_tokens: int = 3000
     admit_within_beta: bool = True
+    make_room: bool = True
+    """Move idle agents off an instance so that a held agent fits there when the
+    fleet's free room is split between instances (docs/control-law.md, point 15)."""
     max_pending_agents: int = 1024
     max_wait_s: float = 600.0
     retry_after_s: float = 5.0

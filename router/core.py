@@ -70,6 +70,7 @@ class RouterCore:
                 gamma=min(adm.gamma, adm.beta),
                 new_agent_context_tokens=adm.new_agent_context_tokens,
                 admit_within_beta=adm.admit_within_beta,
+                make_room=adm.make_room,
             ),
         )
         self.admission = AdmissionService(

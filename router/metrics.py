@@ -134,7 +134,7 @@ class RouterMetrics:
         )
         self.reassignments = Counter(
             "kairos_router_reassignments",
-            "Agents moved between instances (Algorithm 3, overflow, confident placement, failure)",
+            "Agents moved between instances (Algorithm 3, overflow, confident, room, failure)",
             ["source", "target", "reason"],
             registry=r,
         )

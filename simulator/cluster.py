@@ -47,6 +47,7 @@ from controllers import (
 from controllers.admission import (
     HeldAgent,
     InstanceGate,
+    Move,
     new_agent_tokens,
     overflow_target,
     place,
@@ -54,6 +55,7 @@ from controllers.admission import (
 )
 from controllers.energy_attribution import EnergyAccountant
 from controllers.placement import ReassignmentDecision
+from controllers.room import make_room
 from reporting.energy import with_energy
 from reporting.records import GAVE_UP, AgentRecord, EpochRecord
 from simulator.agents import SimAgent
@@ -148,6 +150,8 @@ class Cluster:
         self.started_agents = 0
         self.reassignments = 0
         self.overflow_moves = 0
+        self.room_moves = 0
+        """Idle agents moved to make room for a held one (controllers/room.py)."""
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
         self._placements = 0
@@ -288,13 +292,15 @@ class Cluster:
         limit = min(params.max_model_len, params.kv_capacity_tokens)
         return new_agent_tokens(program.turns[0].prompt_tokens, 0, limit)
 
-    def _rehome_held(self, t: float) -> None:
-        """Held agents another instance admits now move there (fleet admission)."""
+    def _rehome_held(self, t: float) -> tuple[Move, ...]:
+        """Held agents another instance admits now move there (fleet admission);
+        then, if some still wait, idle agents move to make room for one. The moves,
+        as the router's ``AdmissionService.rehome`` returns them."""
         for inst in self.instances:  # a loop, not any(genexpr): runs at every completion
             if inst.pending:
                 break
         else:
-            return
+            return ()
         held = sorted(
             ((a.waiting_since_s, a) for inst in self.instances for a in inst.pending),
             key=lambda pair: pair[0],
@@ -305,14 +311,47 @@ class Cluster:
         )
         by_id = {a.agent_id: a for _, a in held}
         for move in moves:
-            agent = by_id[move.agent_id]
-            self.instances[agent.instance].pending.remove(agent)
-            target = self.instances[self.names.index(move.target)]
+            self._admit_held(by_id[move.agent_id], move.target, t)
+            self.held_moves += 1
+        self._placements += len(moves)
+        moved = {m.agent_id for m in moves}
+        still = [view for view in views if view.agent_id not in moved]
+        return moves + (self._make_room(t, still, by_id) if still else ())
+
+    def _admit_held(self, agent: SimAgent, target_name: str, t: float) -> None:
+        self.instances[agent.instance].pending.remove(agent)
+        target = self.instances[self.names.index(target_name)]
+        if target.index != agent.instance:
             agent.instance = target.index
             agent.instances.append(target.index)
-            self.held_moves += 1
-            self._admit(target, agent, t)
+        self._admit(target, agent, t)
+
+    def _make_room(
+        self, t: float, held: list[HeldAgent], by_id: dict[str, SimAgent]
+    ) -> tuple[Move, ...]:
+        """Idle agents move so that a held one is admitted (:func:`controllers.room.make_room`)."""
+        idle = [a for inst in self.instances for a in inst.idle_agents(t, self._kairos)]
+        if not idle:
+            return ()
+        moves = make_room(
+            self.placement, held, idle, self.gates(t), self.admission_rule, self._placements
+        )
+        if not moves:
+            return ()
+        *movers, admitted = moves
+        for move in movers:
+            source = self.instances[self.names.index(move.source)]
+            target = self.instances[self.names.index(move.target)]
+            agent = source.ongoing[move.agent_id]
+            source.leave(agent.agent_id)
+            target.join(agent)
+            agent.instance = target.index
+            agent.instances.append(target.index)
+            agent.steps_since_assignment = 0
+            self.room_moves += 1
+        self._admit_held(by_id[admitted.agent_id], admitted.target, t)
         self._placements += len(moves)
+        return moves
 
     def _overflow_target(self, inst: SimInstance, agent: SimAgent, t: float) -> str | None:
         """The router's overflow relief (:func:`controllers.admission.overflow_target`)."""

@@ -12,6 +12,7 @@ from controllers import ControlDecision, Controller, InstanceLoad, RequestObserv
 from controllers.admission import admission_tokens
 from controllers.energy_attribution import EnergyAccountant
 from controllers.kairos import KairosConfig
+from controllers.room import IdleAgent, idle_agents
 from reporting.records import EpochRecord
 from simulator.agents import SimAgent
 from simulator.engine import Engine
@@ -86,6 +87,23 @@ class SimInstance:
             self.engine.params.kv_offload_tokens if law.offload_aware else 0,
         )
         return (None, 0) if weighed is None else weighed
+
+    def idle_agents(self, t: float, law: KairosConfig) -> list[IdleAgent]:
+        """Its agents that making room may move (:func:`controllers.room.idle_agents`),
+        as the router lists them; none on an instance whose CPU KV tier the law
+        reads (its idle contexts need no room)."""
+        if law.offload_aware and self.engine.params.kv_offload_tokens > 0:
+            return []
+        return idle_agents(
+            self.name,
+            (
+                (a.agent_id, a.usage_tokens(), a.in_flight, a.last_end_s)
+                for a in self.ongoing.values()
+            ),
+            t,
+            law.idle_after_s,
+            law.evictable_after_s,
+        )
 
     def join(self, agent: SimAgent) -> None:
         self.ongoing[agent.agent_id] = agent

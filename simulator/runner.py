@@ -172,6 +172,7 @@ def _counters(cluster: Cluster, arrivals: int) -> dict[str, float]:
     totals["started_agents"] = float(cluster.started_agents)
     totals["reassignments"] = float(cluster.reassignments)
     totals["overflow_moves"] = float(cluster.overflow_moves)
+    totals["room_moves"] = float(cluster.room_moves)
     unfinished, held_s = cluster.unfinished(cluster.config.duration_s)
     totals["unfinished_agents"] = float(unfinished)
     totals["unfinished_held_s"] = held_s
@@ -228,6 +229,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "evicted_tokens": int(c.get("evicted_tokens", 0)),
         "reassignments": int(c.get("reassignments", 0)),
         "overflow_moves": int(c.get("overflow_moves", 0)),
+        "room_moves": int(c.get("room_moves", 0)),
         "wall_s": result.wall_s,
     }
 

@@ -10,9 +10,10 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from controllers.admission import admits_now
+from controllers.admission import HeldAgent, admits_now
 from kairos_common.testing import ManualClock
 from kairos_common.wire import AdmissionDecision
+from router.config import AdmissionSettings
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
     CHAT,
@@ -197,3 +198,68 @@ async def test_sessions_idle_past_the_eviction_window_do_not_hold_a_newcomer(
         (60.0, 0),
     ]
     await _newcomer_runs_at_once(router, backend, backend2)
+
+
+async def test_idle_agents_move_to_make_room_for_a_held_one(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    """i0 holds two idle sessions (3K + 4K), i1 one (5.5K): a 5K newcomer fits on
+    neither alone, though together they have 5.5K free. The router moves the 4K
+    idle session to i1 and admits the newcomer on i0 at once (control-law point
+    15); the moved session's next turn goes to i1. Sessions still working are never
+    moved, and with ``admission.make_room = false`` the newcomer waits."""
+    clock = ManualClock()
+    for b in (backend, backend2):
+        b.behaviour.capacity_tokens = 10_000
+    router = await make_router([backend.url, backend2.url], clock=clock)
+    await router.health.check_once()
+    adm = router.core.admission
+    tokens = []
+    for b, prompt in ((backend, 2_996), (backend, 3_996), (backend2, 5_496)):
+        b.behaviour.prompt_tokens = prompt  # C_a = prompt + 4 completion tokens
+        tokens.append(await start_agent(router.url))
+        await _turn(router, tokens[-1], CHAT)
+    assert router.core.ledger.usage_tokens("i0") == 7_000
+    assert router.core.ledger.usage_tokens("i1") == 5_500
+    clock.advance(5.0)  # still active by the 10 s window: nobody may move
+    assert adm.make_room([HeldAgent("x", "i1", 5_000)]) == ()
+    clock.advance(25.0)  # idle now
+    backend.behaviour.prompt_tokens = 4_996
+    newcomer = await start_agent(router.url)
+    await asyncio.wait_for(_turn(router, newcomer, BIG), 5.0)  # admitted at once
+    moved = tokens[1].split(".")[1]
+    _, status = await control("GET", f"{router.url}/kairos/v1/agents/{moved}")
+    assert status["instance"] == "i1" and status["state"] == "ongoing"
+    _, status = await control("GET", f"{router.url}/kairos/v1/agents/{newcomer.split('.')[1]}")
+    assert status["instance"] == "i0"
+    metrics = router.core.metrics
+    assert metrics.admissions.labels("i0", "room").value == 1
+    assert 'kairos_router_reassignments_total{reason="room",source="i0",target="i1"} 1.0' in (
+        metrics.render().decode()
+    )
+    assert len(backend.received) == 3 and len(backend2.received) == 1
+    await _turn(router, tokens[1], CHAT)  # the moved session's next turn
+    assert len(backend2.received) == 2
+
+
+async def test_make_room_off_keeps_the_newcomer_waiting(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    clock = ManualClock()
+    for b in (backend, backend2):
+        b.behaviour.capacity_tokens = 10_000
+    router = await make_router(
+        [backend.url, backend2.url], clock=clock, admission=AdmissionSettings(make_room=False)
+    )
+    await router.health.check_once()
+    for b, prompt in ((backend, 2_996), (backend, 3_996), (backend2, 5_496)):
+        b.behaviour.prompt_tokens = prompt
+        await _turn(router, await start_agent(router.url), CHAT)
+    clock.advance(30.0)
+    adm = router.core.admission
+    held = asyncio.create_task(_turn(router, await start_agent(router.url), BIG))
+    await adm.wait_until(lambda: len(adm.queue("i1")) == 1)  # held where it has most room
+    assert adm.rehome() == ()
+    held.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await held

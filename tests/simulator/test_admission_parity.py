@@ -155,9 +155,13 @@ async def _check(
     target = core.pool.resolve(expected.instance)
     assert admits_now(adm.gate(target), newcomer, adm.rule) == expected.admit_now  # fast path
 
-    # Held agents: the router's moves are the simulator's.
-    sim_moves = rehome_held(cluster.placement, views, cluster.gates(now), cluster.admission_rule)
+    # Held agents: the router's moves are the simulator's, those that make room
+    # (control-law point 15) included; rehome_held's come first.
+    fleet_moves = rehome_held(cluster.placement, views, cluster.gates(now), cluster.admission_rule)
+    sim_moves = cluster._rehome_held(now)
+    assert sim_moves[: len(fleet_moves)] == fleet_moves
     assert adm.rehome() == sim_moves
+    assert adm.gates() == cluster.gates(now)
 
 
 running_st = st.lists(
