@@ -107,17 +107,13 @@ def make_room(
             if g.load.name != agent.instance
         ):
             continue  # fleet admission's case (rehome_held): it runs without anyone moving
-        best: tuple[Move, ...] | None = None
-        best_cost = (0, 0)
-        for gate in gates:
-            plan = _plan_on(policy, agent, gate, idle, gates, rule, sequence)
-            if plan is None:
-                continue
-            moves, tokens = plan
-            if best is None or (len(moves), tokens) < best_cost:
-                best, best_cost = moves, (len(moves), tokens)
-        if best is not None:
-            return best
+        plans = [
+            plan
+            for gate in gates
+            if (plan := _plan_on(policy, agent, gate, idle, gates, rule, sequence)) is not None
+        ]
+        if plans:  # fewest moves, then fewest tokens moved; the first of equals
+            return min(plans, key=lambda plan: (len(plan[0]), plan[1]))[0]
     return ()
 
 

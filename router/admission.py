@@ -143,8 +143,7 @@ class AdmissionService:
         weighed = admission_tokens(
             (
                 (ledger.context_of(a), a.in_flight > 0, a.last_active_s)
-                for a in map(ledger.get, ledger.ongoing_ids(inst.name))
-                if a is not None
+                for a in ledger.ongoing(inst.name)
             ),
             now_s,
             inst.decision_idle_after_s,
@@ -243,8 +242,7 @@ class AdmissionService:
             inst.name,
             (
                 (a.agent_id, ledger.context_of(a), a.in_flight > 0, a.last_active_s)
-                for a in map(ledger.get, ledger.ongoing_ids(inst.name))
-                if a is not None
+                for a in ledger.ongoing(inst.name)
             ),
             now_s,
             inst.decision_idle_after_s,

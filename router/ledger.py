@@ -217,18 +217,21 @@ class Ledger:
     def ongoing_ids(self, instance: str) -> set[str]:
         return self._ongoing.get(instance, set())
 
+    def ongoing(self, instance: str) -> Iterator[Agent]:
+        """The agents ongoing on ``instance`` (in no particular order)."""
+        agents = self.agents
+        for agent_id in self.ongoing_ids(instance):
+            agent = agents.get(agent_id)
+            if agent is not None:
+                yield agent
+
     def in_flight_since(self, instance: str) -> float | None:
         """When the oldest request in flight on ``instance`` began (None: none is),
         called once per daemon epoch for energy attribution. An agent's
         ``last_seen_s`` is its latest request's start while one is in flight (later
         than the oldest when it runs several)."""
-        agents = self.agents
         return min(
-            (
-                a.last_seen_s
-                for a in map(agents.get, self.ongoing_ids(instance))
-                if a is not None and a.in_flight > 0 and a.admitted
-            ),
+            (a.last_seen_s for a in self.ongoing(instance) if a.in_flight > 0 and a.admitted),
             default=None,
         )
 

@@ -184,8 +184,8 @@ class PlacementService:
             return None  # the common case: nothing more to read
         running = sum(
             ledger.context_of(other)
-            for other in map(ledger.get, ledger.ongoing_ids(current))
-            if other is not None and other is not agent and other.in_flight > 0
+            for other in ledger.ongoing(current)
+            if other is not agent and other.in_flight > 0
         )
         return overflow_target(
             agent.agent_id,

@@ -341,17 +341,23 @@ class Cluster:
         *movers, admitted = moves
         for move in movers:
             source = self.instances[self.names.index(move.source)]
-            target = self.instances[self.names.index(move.target)]
             agent = source.ongoing[move.agent_id]
-            source.leave(agent.agent_id)
-            target.join(agent)
-            agent.instance = target.index
-            agent.instances.append(target.index)
+            self._move_admitted(agent, source, move.target)
             agent.steps_since_assignment = 0
             self.room_moves += 1
         self._admit_held(by_id[admitted.agent_id], admitted.target, t)
         self._placements += len(moves)
         return moves
+
+    def _move_admitted(self, agent: SimAgent, source: SimInstance, target_name: str) -> SimInstance:
+        """Reassign an admitted agent: its context counts on ``target_name`` from now;
+        its next request goes there (and re-prefills: the cache stays behind)."""
+        target = self.instances[self.names.index(target_name)]
+        source.leave(agent.agent_id)
+        target.join(agent)
+        agent.instance = target.index
+        agent.instances.append(target.index)
+        return target
 
     def _overflow_target(self, inst: SimInstance, agent: SimAgent, t: float) -> str | None:
         """The router's overflow relief (:func:`controllers.admission.overflow_target`)."""
@@ -421,13 +427,8 @@ class Cluster:
         if decision.reset_counter:
             agent.steps_since_assignment = 0
         if decision.target is not None:
-            target = self.instances[self.names.index(decision.target)]
-            inst.leave(agent.agent_id)
-            target.join(agent)
-            agent.instance = target.index
-            agent.instances.append(target.index)
+            inst = self._move_admitted(agent, inst, decision.target)
             self.reassignments += 1
-            inst = target
         self._submit(inst, agent, t)
 
     def _on_engine_event(self, t: float, payload: tuple[int, EngineEvent]) -> None:
