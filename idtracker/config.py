@@ -19,7 +19,7 @@ from kairos_common.cli import check_log_level
 from kairos_common.config import load_config
 from kairos_common.credentials import LIFECYCLE_FILE, discover_credential, read_credential
 from kairos_common.errors import ConfigError
-from kairos_common.wire import MAX_SUMMARY_WAIT_S
+from kairos_common.wire_fields import MAX_SUMMARY_WAIT_S
 
 ENV_PREFIX = "KAIROS"
 CONFIG_ENV = "KAIROS_IDTRACKER_CONFIG"

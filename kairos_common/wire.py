@@ -1,7 +1,9 @@
 """The HTTP contract between the router, the daemons and id-tracker.
 
 All endpoints live on the router under ``/kairos/v1``; bodies are JSON objects
-built and parsed by the functions here so both sides agree by construction.
+built and parsed by the functions here so both sides agree by construction (the
+views inside them by :mod:`kairos_common.wire_views`; every field is read with the
+bounds of :mod:`kairos_common.wire_fields`).
 
 =======  =======================================  =====================================
 method   path                                     body → response
@@ -28,84 +30,36 @@ never admit twice.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from kairos_common.errors import WireFormatError
 from kairos_common.views import AgentView, ModelReport, RequestObservation
+from kairos_common.wire_fields import (
+    MAX_COUNT,
+    MAX_DURATION_S,
+    MAX_ENERGY_J,
+    MAX_LEVELS,
+    MAX_MHZ,
+    MAX_POWER_W,
+    MAX_RATE,
+    MAX_SUMMARY_WAIT_S,
+    MAX_TOKENS,
+    MAX_UNIX_S,
+    MAX_VALID_FOR_S,
+    get_field,
+)
+from kairos_common.wire_views import (
+    agent_from_json,
+    agent_to_json,
+    observation_from_json,
+    observation_to_json,
+    report_from_json,
+    report_to_json,
+)
 
 API_PREFIX = "/kairos/v1"
 WIRE_VERSION = 1
-
-
-# Bounds for numbers that cross the wire (SPEC §9: finite, bounded). Generous for
-# any real deployment; what they stop is 1e300, -1, NaN and 10**400.
-MAX_TOKENS = 10**12
-MAX_MHZ = 100_000
-MAX_UNIX_S = 4.0e9  # the year 2096
-MAX_DURATION_S = 1.0e9
-MAX_RATE = 1.0e9
-MAX_POWER_W = 1.0e6
-MAX_ENERGY_J = 1.0e15
-"""A megawatt for thirty years: far beyond any instance's energy counter."""
-MAX_COUNT = 2**53
-MAX_STRING = 4096
-MAX_LIST = 1_000_000
-MAX_LEVELS = 4096
-MAX_MARGIN = 1.0e12
-MAX_VALID_FOR_S = 3600.0
-"""A decision older than an hour is stale whatever it claimed (1e300 s deferred forever)."""
-MAX_SUMMARY_WAIT_S = 60.0
-"""The longest an end call may wait for the agent's final record (a few epochs)."""
-
-
-def _get(
-    obj: dict[str, Any],
-    key: str,
-    kind: type,
-    default: Any = ...,
-    *,
-    lo: float | None = None,
-    hi: float | None = None,
-) -> Any:
-    """Typed field access that raises :class:`WireFormatError` instead of KeyError.
-
-    Numbers must be finite and, when given, within ``[lo, hi]``; strings and lists
-    are bounded in length, so no field can carry 1e300, NaN or a 100 MB string.
-    """
-    if not isinstance(obj, dict):
-        raise WireFormatError("expected a JSON object")
-    value = obj.get(key)
-    if value is None:
-        if default is ...:
-            raise WireFormatError(f"missing field {key!r}")
-        return default
-    if kind is float and isinstance(value, int) and not isinstance(value, bool):
-        if abs(value) > MAX_COUNT:
-            raise WireFormatError(f"field {key!r} is out of range")
-        value = float(value)
-    if (isinstance(value, bool) and kind is not bool) or not isinstance(value, kind):
-        raise WireFormatError(f"field {key!r} must be of type {kind.__name__}")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if isinstance(value, float) and not math.isfinite(value):
-            raise WireFormatError(f"field {key!r} must be a finite number")
-        low = -MAX_COUNT if lo is None else lo
-        high = MAX_COUNT if hi is None else hi
-        if not low <= value <= high:
-            raise WireFormatError(f"field {key!r} must be within [{low:g}, {high:g}]")
-    if isinstance(value, str) and len(value) > MAX_STRING:
-        raise WireFormatError(f"field {key!r} is longer than {MAX_STRING} characters")
-    if isinstance(value, list) and len(value) > MAX_LIST:
-        raise WireFormatError(f"field {key!r} has more than {MAX_LIST} items")
-    return value
-
-
-def _finite(value: Any, limit: float) -> bool:
-    """A JSON number (not a bool) that is finite and within ``±limit``."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    return abs(value) <= limit and (isinstance(value, int) or math.isfinite(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +77,10 @@ class AgentStart:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentStart:
         return cls(
-            name=_get(obj, "name", str, None),
-            parent_id=_get(obj, "parent_id", str, None),
-            slo_tok_s=_get(obj, "slo_tok_s", float, None, lo=1e-9, hi=MAX_RATE),
-            pid=_get(obj, "pid", int, None, lo=0, hi=2**31),
+            name=get_field(obj, "name", str, None),
+            parent_id=get_field(obj, "parent_id", str, None),
+            slo_tok_s=get_field(obj, "slo_tok_s", float, None, lo=1e-9, hi=MAX_RATE),
+            pid=get_field(obj, "pid", int, None, lo=0, hi=2**31),
         )
 
 
@@ -146,10 +100,10 @@ class AgentStarted:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentStarted:
         return cls(
-            agent_id=_get(obj, "agent_id", str),
-            token=_get(obj, "token", str),
-            idle_expiry_s=_get(obj, "idle_expiry_s", float, lo=0, hi=MAX_DURATION_S),
-            end_key=_get(obj, "end_key", str, ""),
+            agent_id=get_field(obj, "agent_id", str),
+            token=get_field(obj, "token", str),
+            idle_expiry_s=get_field(obj, "idle_expiry_s", float, lo=0, hi=MAX_DURATION_S),
+            end_key=get_field(obj, "end_key", str, ""),
         )
 
 
@@ -176,11 +130,13 @@ class AgentEnd:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentEnd:
         return cls(
-            exit_code=_get(obj, "exit_code", int, lo=-(2**31), hi=2**31),
-            signal=_get(obj, "signal", int, None, lo=0, hi=1024),
-            reason=_get(obj, "reason", str, "exit"),
-            end_key=_get(obj, "end_key", str, ""),
-            summary_wait_s=_get(obj, "summary_wait_s", float, 0.0, lo=0, hi=MAX_SUMMARY_WAIT_S),
+            exit_code=get_field(obj, "exit_code", int, lo=-(2**31), hi=2**31),
+            signal=get_field(obj, "signal", int, None, lo=0, hi=1024),
+            reason=get_field(obj, "reason", str, "exit"),
+            end_key=get_field(obj, "end_key", str, ""),
+            summary_wait_s=get_field(
+                obj, "summary_wait_s", float, 0.0, lo=0, hi=MAX_SUMMARY_WAIT_S
+            ),
         )
 
 
@@ -213,19 +169,19 @@ class AgentSummary:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentSummary:
         return cls(
-            agent_id=_get(obj, "agent_id", str),
-            turns=_get(obj, "turns", int, lo=0, hi=MAX_COUNT),
-            decode_tokens=_get(obj, "decode_tokens", int, lo=0, hi=MAX_TOKENS),
-            prompt_tokens=_get(obj, "prompt_tokens", int, lo=0, hi=MAX_TOKENS),
-            llm_time_s=_get(obj, "llm_time_s", float, lo=0, hi=MAX_DURATION_S),
-            pending_s=_get(obj, "pending_s", float, lo=0, hi=MAX_DURATION_S),
-            end_reason=_get(obj, "end_reason", str),
-            final=_get(obj, "final", bool),
-            name=_get(obj, "name", str, None),
-            throughput_tok_s=_get(obj, "throughput_tok_s", float, None, lo=0, hi=MAX_RATE),
-            slo_tok_s=_get(obj, "slo_tok_s", float, None, lo=0, hi=MAX_RATE),
-            slo_met=_get(obj, "slo_met", bool, None),
-            energy_j=_get(obj, "energy_j", float, None, lo=0, hi=MAX_ENERGY_J),
+            agent_id=get_field(obj, "agent_id", str),
+            turns=get_field(obj, "turns", int, lo=0, hi=MAX_COUNT),
+            decode_tokens=get_field(obj, "decode_tokens", int, lo=0, hi=MAX_TOKENS),
+            prompt_tokens=get_field(obj, "prompt_tokens", int, lo=0, hi=MAX_TOKENS),
+            llm_time_s=get_field(obj, "llm_time_s", float, lo=0, hi=MAX_DURATION_S),
+            pending_s=get_field(obj, "pending_s", float, lo=0, hi=MAX_DURATION_S),
+            end_reason=get_field(obj, "end_reason", str),
+            final=get_field(obj, "final", bool),
+            name=get_field(obj, "name", str, None),
+            throughput_tok_s=get_field(obj, "throughput_tok_s", float, None, lo=0, hi=MAX_RATE),
+            slo_tok_s=get_field(obj, "slo_tok_s", float, None, lo=0, hi=MAX_RATE),
+            slo_met=get_field(obj, "slo_met", bool, None),
+            energy_j=get_field(obj, "energy_j", float, None, lo=0, hi=MAX_ENERGY_J),
         )
 
 
@@ -244,91 +200,11 @@ class AgentEndReply:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentEndReply:
-        raw = _get(obj, "summary", dict, None)
+        raw = get_field(obj, "summary", dict, None)
         return cls(
             summary=None if raw is None else AgentSummary.from_json(raw),
-            ok=_get(obj, "ok", bool, True),
+            ok=get_field(obj, "ok", bool, True),
         )
-
-
-def agent_to_json(agent: AgentView) -> dict[str, Any]:
-    return asdict(agent)
-
-
-def agent_from_json(obj: dict[str, Any]) -> AgentView:
-    return AgentView(
-        agent_id=_get(obj, "agent_id", str),
-        arrival_s=_get(obj, "arrival_s", float),
-        context_tokens=_get(obj, "context_tokens", int, None, lo=0, hi=MAX_TOKENS),
-        estimated_context_tokens=_get(
-            obj, "estimated_context_tokens", int, None, lo=0, hi=MAX_TOKENS
-        ),
-        decode_tokens=_get(obj, "decode_tokens", int, 0, lo=0, hi=MAX_TOKENS),
-        llm_time_s=_get(obj, "llm_time_s", float, 0.0, lo=0, hi=MAX_DURATION_S),
-        completed_steps=_get(obj, "completed_steps", int, 0, lo=0),
-        waiting_since_s=_get(obj, "waiting_since_s", float, None),
-        in_flight=_get(obj, "in_flight", bool, False),
-        last_active_s=_get(obj, "last_active_s", float, None),
-        prefill_tokens=_get(obj, "prefill_tokens", int, 0, lo=0, hi=MAX_TOKENS),
-    )
-
-
-def observation_to_json(ob: RequestObservation) -> dict[str, Any]:
-    return asdict(ob)
-
-
-def observation_from_json(obj: dict[str, Any]) -> RequestObservation:
-    """``clock_mhz`` 0 means the router did not know it (the daemon fills it in)."""
-    return RequestObservation(
-        t_s=_get(obj, "t_s", float),
-        prompt_tokens=_get(obj, "prompt_tokens", int, 0, lo=0, hi=MAX_TOKENS),
-        cached_tokens=_get(obj, "cached_tokens", int, 0, lo=0, hi=MAX_TOKENS),
-        completion_tokens=_get(obj, "completion_tokens", int, 0, lo=0, hi=MAX_TOKENS),
-        ttft_s=_get(obj, "ttft_s", float, 0.0, lo=0, hi=MAX_DURATION_S),
-        decode_s_per_token=_get(obj, "decode_s_per_token", float, 0.0, lo=0, hi=MAX_DURATION_S),
-        running=_get(obj, "running", int, 0, lo=0, hi=MAX_TOKENS),
-        active_context_tokens=_get(obj, "active_context_tokens", int, 0, lo=0, hi=MAX_TOKENS),
-        clock_mhz=_get(obj, "clock_mhz", int, 0, lo=0, hi=MAX_MHZ),
-    )
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    """Strict JSON has no NaN or infinity: a non-finite number is sent as unknown."""
-    return value if value is not None and math.isfinite(value) else None
-
-
-def report_to_json(report: ModelReport) -> dict[str, Any]:
-    """Margins as ``[[level, margin], ...]`` (JSON keys are strings; levels are not)."""
-    return {
-        "slo_margins": [
-            [lv, m] for lv, m in sorted(report.slo_margin_by_level.items()) if math.isfinite(m)
-        ],
-        "slo_slack": _finite_or_none(report.slo_slack),
-        "efficient_floor_level": report.efficient_floor_level,
-        "model_error": _finite_or_none(report.model_error),
-        "model_observations": report.model_observations,
-    }
-
-
-def report_from_json(obj: dict[str, Any]) -> ModelReport:
-    margins = _get(obj, "slo_margins", list, [])
-    if len(margins) > MAX_LEVELS or not all(
-        isinstance(p, list)
-        and len(p) == 2
-        and isinstance(p[0], int)
-        and not isinstance(p[0], bool)
-        and 1 <= p[0] <= MAX_LEVELS
-        and _finite(p[1], MAX_MARGIN)
-        for p in margins
-    ):
-        raise WireFormatError("field 'slo_margins' must list [level, finite margin] pairs")
-    return ModelReport(
-        slo_margin_by_level={int(lv): float(m) for lv, m in margins},
-        slo_slack=_get(obj, "slo_slack", float, None, lo=-MAX_MARGIN, hi=MAX_MARGIN),
-        efficient_floor_level=_get(obj, "efficient_floor_level", int, None, lo=1, hi=MAX_LEVELS),
-        model_error=_get(obj, "model_error", float, None, lo=0, hi=MAX_MARGIN),
-        model_observations=_get(obj, "model_observations", int, 0, lo=0),
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,18 +243,18 @@ class InstanceState:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> InstanceState:
-        ongoing = _get(obj, "ongoing", list, [])
-        pending = _get(obj, "pending", list, [])
-        observations = _get(obj, "observations", list, [])
+        ongoing = get_field(obj, "ongoing", list, [])
+        pending = get_field(obj, "pending", list, [])
+        observations = get_field(obj, "observations", list, [])
         return cls(
-            instance=_get(obj, "instance", str),
-            now_s=_get(obj, "now_s", float),
+            instance=get_field(obj, "instance", str),
+            now_s=get_field(obj, "now_s", float),
             ongoing=tuple(agent_from_json(a) for a in ongoing),
             pending=tuple(agent_from_json(a) for a in pending),
-            capacity_tokens=_get(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
-            healthy=_get(obj, "healthy", bool, True),
-            draining=_get(obj, "draining", bool, False),
-            version=_get(obj, "version", int, WIRE_VERSION),
+            capacity_tokens=get_field(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
+            healthy=get_field(obj, "healthy", bool, True),
+            draining=get_field(obj, "draining", bool, False),
+            version=get_field(obj, "version", int, WIRE_VERSION),
             observations=tuple(observation_from_json(o) for o in observations),
         )
 
@@ -455,38 +331,40 @@ class AdmissionDecision:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AdmissionDecision:
-        admit = _get(obj, "admit", list, [])
+        admit = get_field(obj, "admit", list, [])
         if not all(isinstance(a, str) and len(a) <= 256 for a in admit):
             raise WireFormatError("field 'admit' must be a list of agent ids")
-        report = _get(obj, "report", dict, None)
-        levels = _get(obj, "levels_mhz", list, [])
+        report = get_field(obj, "report", dict, None)
+        levels = get_field(obj, "levels_mhz", list, [])
         if len(levels) > MAX_LEVELS or not all(
             isinstance(c, int) and not isinstance(c, bool) and 0 < c <= MAX_MHZ for c in levels
         ):
             raise WireFormatError("field 'levels_mhz' must be a list of positive MHz integers")
         return cls(
-            instance=_get(obj, "instance", str),
-            daemon_id=_get(obj, "daemon_id", str),
-            daemon_start_unix_s=_get(obj, "daemon_start_unix_s", float, lo=0, hi=MAX_UNIX_S),
-            epoch=_get(obj, "epoch", int, lo=0),
+            instance=get_field(obj, "instance", str),
+            daemon_id=get_field(obj, "daemon_id", str),
+            daemon_start_unix_s=get_field(obj, "daemon_start_unix_s", float, lo=0, hi=MAX_UNIX_S),
+            epoch=get_field(obj, "epoch", int, lo=0),
             admit=tuple(admit),
-            defer_admissions=_get(obj, "defer_admissions", bool, False),
-            capacity_tokens=_get(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
-            clock_mhz=_get(obj, "clock_mhz", int, None, lo=1, hi=MAX_MHZ),
-            boost=_get(obj, "boost", bool, False),
-            valid_for_s=_get(obj, "valid_for_s", float, 15.0, lo=1e-3, hi=MAX_VALID_FOR_S),
-            policy=_get(obj, "policy", str, "kairos"),
-            admission_control=_get(obj, "admission_control", bool, True),
+            defer_admissions=get_field(obj, "defer_admissions", bool, False),
+            capacity_tokens=get_field(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
+            clock_mhz=get_field(obj, "clock_mhz", int, None, lo=1, hi=MAX_MHZ),
+            boost=get_field(obj, "boost", bool, False),
+            valid_for_s=get_field(obj, "valid_for_s", float, 15.0, lo=1e-3, hi=MAX_VALID_FOR_S),
+            policy=get_field(obj, "policy", str, "kairos"),
+            admission_control=get_field(obj, "admission_control", bool, True),
             report=None if report is None else report_from_json(report),
-            version=_get(obj, "version", int, WIRE_VERSION),
+            version=get_field(obj, "version", int, WIRE_VERSION),
             levels_mhz=tuple(sorted(set(levels))),
-            measured_power_w=_get(obj, "measured_power_w", float, None, lo=0, hi=MAX_POWER_W),
-            measured_clock_mhz=_get(obj, "measured_clock_mhz", int, None, lo=0, hi=MAX_MHZ),
-            min_throughput_tok_s=_get(obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE),
-            energy_total_j=_get(obj, "energy_total_j", float, None, lo=0, hi=MAX_ENERGY_J),
-            offload_tokens=_get(obj, "offload_tokens", int, 0, lo=0, hi=MAX_TOKENS),
-            idle_after_s=_get(obj, "idle_after_s", float, 10.0, lo=1e-3, hi=MAX_VALID_FOR_S),
-            evictable_after_s=_get(
+            measured_power_w=get_field(obj, "measured_power_w", float, None, lo=0, hi=MAX_POWER_W),
+            measured_clock_mhz=get_field(obj, "measured_clock_mhz", int, None, lo=0, hi=MAX_MHZ),
+            min_throughput_tok_s=get_field(
+                obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE
+            ),
+            energy_total_j=get_field(obj, "energy_total_j", float, None, lo=0, hi=MAX_ENERGY_J),
+            offload_tokens=get_field(obj, "offload_tokens", int, 0, lo=0, hi=MAX_TOKENS),
+            idle_after_s=get_field(obj, "idle_after_s", float, 10.0, lo=1e-3, hi=MAX_VALID_FOR_S),
+            evictable_after_s=get_field(
                 obj, "evictable_after_s", float, None, lo=1e-3, hi=MAX_VALID_FOR_S
             ),
         )
@@ -522,9 +400,9 @@ class DecisionAck:
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> DecisionAck:
         return cls(
-            accepted=_get(obj, "accepted", bool),
-            admitted=tuple(_get(obj, "admitted", list, [])),
-            reason=_get(obj, "reason", str, ""),
-            clock_cap_mhz=_get(obj, "clock_cap_mhz", int, None, lo=1, hi=MAX_MHZ),
-            budget_conflict=_get(obj, "budget_conflict", bool, False),
+            accepted=get_field(obj, "accepted", bool),
+            admitted=tuple(get_field(obj, "admitted", list, [])),
+            reason=get_field(obj, "reason", str, ""),
+            clock_cap_mhz=get_field(obj, "clock_cap_mhz", int, None, lo=1, hi=MAX_MHZ),
+            budget_conflict=get_field(obj, "budget_conflict", bool, False),
         )

@@ -7,11 +7,11 @@ and only then the daemon acts: admission decision to the router, clock to the
 GPU (written only when it changes). The epoch that just ended is closed with
 this epoch's GPU reading and written as one power-report line.
 
-Fail safe: an input that fails is *held* (last good value) for up to
-``stale_epochs`` epochs; past that the daemon runs at the maximum clock (it can
-no longer see thrashing or SLO misses) while admissions keep following the last
-known capacity — or admit everyone if capacity was never known — so agents are
-never starved by a broken monitor. Clocks are reset on every way out
+Fail safe: an input that fails is *held* (last good value; :mod:`kairosd.inputs`)
+for up to ``stale_epochs`` epochs; past that the daemon runs at the maximum clock
+(it can no longer see thrashing or SLO misses) while admissions keep following the
+last known capacity — or admit everyone if capacity was never known — so agents
+are never starved by a broken monitor. Clocks are reset on every way out
 (:meth:`Daemon.shutdown`), and reconciled at start-up by the caller
 (:func:`kairosd.startup.prepare_backend`).
 
@@ -27,21 +27,21 @@ import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
 import structlog
 
 from controllers.errors import ControllerError
 from controllers.registry import kairos_config_for
 from controllers.types import ControlDecision, Controller
-from kairos_common.vllm_metrics import VllmMetrics
-from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
+from kairos_common.wire import AdmissionDecision, DecisionAck
 from kairosd.clock_cap import ClockCap
 from kairosd.config import KairosdConfig
 from kairosd.errors import GpuError, GpuPermissionError, InputError
 from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.gpu.observe import ObserveBackend
 from kairosd.gpu_reset import reset_clocks, wait_gpu_idle
+from kairosd.inputs import Inputs, RouterLink, VllmSource, read_gpus
 from kairosd.metrics import DaemonMetrics
 from kairosd.offload_check import OffloadCheck, tier_unused_reason
 from kairosd.power_report import GpuTotals, OpenEpoch, close_epoch
@@ -50,35 +50,11 @@ from kairosd.snapshot import EpochInputs, agent_counts, build_snapshot, resolve_
 from reporting.records import EpochRecord
 
 log = structlog.get_logger()
-T = TypeVar("T")
 _RECENT_RECORDS = 64  # kept in memory for status/tests; the report file has them all
-
-
-class VllmSource(Protocol):
-    async def fetch(self) -> VllmMetrics: ...
-
-
-class RouterLink(Protocol):
-    async def state(self) -> InstanceState: ...
-    async def post_decision(self, decision: AdmissionDecision) -> DecisionAck: ...
 
 
 class RecordSink(Protocol):
     def write(self, record: EpochRecord) -> None: ...
-
-
-class _Held(Generic[T]):
-    """Last good value of one input and how many epochs in a row it failed."""
-
-    def __init__(self) -> None:
-        self.value: T | None = None
-        self.failures = 0
-
-    def ok(self, value: T) -> None:
-        self.value, self.failures = value, 0
-
-    def failed(self) -> None:
-        self.failures += 1
 
 
 class Daemon:
@@ -120,8 +96,7 @@ class Daemon:
         self.last_ack: DecisionAck | None = None
         self.mode = "standalone" if config.standalone else "router"
         self.failsafe_reason: str | None = None
-        self._router_in: _Held[InstanceState] = _Held()
-        self._vllm_in: _Held[VllmMetrics] = _Held()
+        self._inputs = Inputs(vllm, router, metrics)
         self._capacity_tokens: int | None = config.capacity_tokens
         self._open: OpenEpoch | None = None
         self._last_epoch_end_s: float | None = None
@@ -143,70 +118,7 @@ class Daemon:
         self.evictable_after_s = law.evictable_after_s
         """The law's eviction window, sent so the router admits as the law does."""
 
-    # ---- inputs -------------------------------------------------------------------
-
-    async def _read_router(self) -> InstanceState | None:
-        if self.router is None:
-            return None
-        try:
-            state = await self.router.state()
-        except Exception as exc:  # any failure is a missed input, never a dead loop
-            self._input_failed(self._router_in, "router", "router_unavailable", exc)
-            return None
-        self._input_ok(self._router_in, "router", state)
-        return state
-
-    def _input_failed(self, held: _Held[Any], name: str, event: str, exc: Exception) -> None:
-        """Count a failed read; log it once per streak (the count is in the metrics)."""
-        held.failed()
-        self.metrics.input_error(name)
-        if held.failures == 1:
-            text = str(exc) if isinstance(exc, InputError) else repr(exc)
-            log.warning(event, error=text[:300], hint="logged once until it recovers")
-
-    def _input_ok(self, held: _Held[T], name: str, value: T) -> None:
-        if held.failures:
-            log.info("input_recovered", input=name, after_epochs=held.failures)
-        held.ok(value)
-
-    async def _read_vllm(self) -> VllmMetrics | None:
-        try:
-            scraped = await self.vllm.fetch()
-        except Exception as exc:  # NaN in /metrics, refused, timeout: stale, not fatal
-            self._input_failed(self._vllm_in, "vllm", "vllm_unavailable", exc)
-            return None
-        if not scraped.metrics_enabled:
-            self._vllm_in.failed()
-            self.metrics.input_error("vllm")
-            log.warning(
-                "vllm_metrics_disabled",
-                hint="vLLM exports no vllm:* metrics; it runs with --disable-log-stats",
-                epochs=self._vllm_in.failures,
-            )
-            return None
-        self._input_ok(self._vllm_in, "vllm", scraped)
-        return scraped
-
-    async def _read_gpus(self) -> list[GpuStatus] | None:
-        try:
-            return await self.backend.status()
-        except (GpuError, OSError, ValueError) as exc:
-            self.metrics.input_error("gpu")
-            log.warning("gpu_read_failed", error=str(exc))
-            return None
-
     # ---- one epoch ----------------------------------------------------------------
-
-    def _stale(self) -> str | None:
-        """Which input has been unavailable for more than ``stale_epochs`` epochs."""
-        n = self.config.stale_epochs
-        if self.router is not None and (
-            self._router_in.failures > n or self._router_in.value is None
-        ):
-            return "router"
-        if self._vllm_in.failures > n or (self.router is None and self._vllm_in.value is None):
-            return "vllm"
-        return None
 
     def _decide(self, inputs: EpochInputs) -> tuple[ControlDecision, str]:
         """Run the controller on held inputs, then apply the fail-safe override."""
@@ -215,7 +127,7 @@ class Daemon:
             self.config.capacity_tokens, inputs.vllm, inputs.router, self._capacity_tokens
         )
         self._capacity_tokens = capacity
-        stale = self._stale()
+        stale = self._inputs.stale(self.config.stale_epochs)
         offload_tokens = self.offload_check.tokens(inputs.vllm)
         self.metrics.observe_offload(offload_tokens)
         snap = None
@@ -333,7 +245,7 @@ class Daemon:
     def _close(self, end_s: float, gpus: list[GpuStatus] | None) -> EpochRecord | None:
         if self._open is None:
             return None
-        held = self._vllm_in.value
+        held = self._inputs.vllm_in.value
         record = close_epoch(
             self._open,
             end_s=end_s,
@@ -358,7 +270,9 @@ class Daemon:
         """One full epoch: gather → close previous → decide → act → open this one."""
         t0 = self.clock()
         router_state, scraped, gpus = await asyncio.gather(
-            self._read_router(), self._read_vllm(), self._read_gpus()
+            self._inputs.read_router(),
+            self._inputs.read_vllm(),
+            read_gpus(self.backend, self.metrics),
         )
         now = self.clock()
         totals = GpuTotals.of(gpus)
@@ -371,7 +285,8 @@ class Daemon:
             log.warning("epoch_extended_gpu_unreadable", epoch=carry.epoch)
         else:
             self._close(now, gpus)
-        held = EpochInputs(now_s=now, router=self._router_in.value, vllm=self._vllm_in.value)
+        inputs = self._inputs
+        held = EpochInputs(now_s=now, router=inputs.router_in.value, vllm=inputs.vllm_in.value)
         decision, reason = self._decide(held)
         if not self.backend.controls:
             reason += " (observe)"
@@ -383,7 +298,7 @@ class Daemon:
         # while the GPU write is still under way, and /healthz is read meanwhile.
         self.applied_under_cap_mhz = cap_mhz
         ongoing, pending = agent_counts(held, self.config.standalone)
-        vl = self._vllm_in.value
+        vl = inputs.vllm_in.value
         self._open = OpenEpoch(
             epoch=self.epoch,
             start_s=carry.start_s if carry else now,
@@ -464,7 +379,7 @@ class Daemon:
         await wait_gpu_idle(self.backend, 2 * self.config.gpu_timeout_s)
         reset_ok = await reset_clocks(self.backend)
         try:
-            self._close(self.clock(), await self._read_gpus())
+            self._close(self.clock(), await read_gpus(self.backend, self.metrics))
         except Exception as exc:  # the report is best effort; the clocks are not
             log.error("final_epoch_record_failed", error=repr(exc)[:300])
         return reset_ok

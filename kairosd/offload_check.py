@@ -17,7 +17,7 @@ from controllers.kairos import KairosController
 from controllers.predictive import PredictiveController
 from controllers.types import Controller
 from kairos_common.vllm_metrics import VllmMetrics
-from kairos_common.wire import MAX_TOKENS
+from kairos_common.wire_fields import MAX_TOKENS
 from kairosd.config import DEFAULT_KV_BYTES_PER_TOKEN
 
 log = structlog.get_logger("kairosd.offload_check")

@@ -5,14 +5,8 @@ JSON parse of the request, no re-serialisation unless usage has to be injected,
 per-route metric children bound once, complete SSE events forwarded as they
 arrive.
 
-Retry policy: a request is retried on another eligible instance (``max_attempts``
-in all; the agent moves with the retry) only when it provably did not reach a
-backend — the connection was refused or failed before anything was sent — or the
-backend answered 503 (vLLM: not ready) before any byte reached the client. A POST
-that may have reached a backend is never sent twice: no duplicate generations,
-no duplicate stored ``/v1/responses``. Timeouts and 5xx feed the per-instance
-circuit breaker (:mod:`router.breaker`). After the first byte, an upstream
-failure is sent to the client in the protocol's error form and the stream ends.
+Retries, and which upstream failures feed the circuit breaker or become the
+client's error: :mod:`router.forwarding`.
 
 Limits (docs/reliability.md): bodies are capped and read within a bound,
 parsed with a depth limit (large ones off the event loop); an agent's requests
@@ -45,16 +39,11 @@ from router.errors import (
     BadRequestError,
     RouterError,
     TooManyRequestsError,
-    TransportClosedError,
-    TransportConnectError,
-    TransportRequestError,
-    TransportTimeoutError,
-    UpstreamError,
-    UpstreamTimeoutError,
 )
 from router.exchange import AiohttpExchange, Exchange
+from router.forwarding import Forwarder
 from router.identity_mw import IdentityResolver, KeyChecker, upstream_headers
-from router.instances import Instance, InstancePool
+from router.instances import InstancePool
 from router.json_body import parse_json
 from router.ledger import Agent, Ledger, PrefillClaim
 from router.metrics import RouterMetrics
@@ -62,7 +51,7 @@ from router.observations import ObservationLog, observation
 from router.openai_errors import router_error_parts
 from router.placement_service import PlacementService
 from router.ports import HealthSink
-from router.relay import Outcome, relay
+from router.relay import Outcome
 from router.streaming import Usage
 from router.upstream import UpstreamClient
 
@@ -99,15 +88,6 @@ class ProxyLimits:
             retry_after_s=cfg.admission.retry_after_s,
             identity_header=cfg.identity_header,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class _Retry:
-    """An attempt that provably did not run the request: ``error`` for the final 502,
-    ``reason`` for the retries metric."""
-
-    error: str
-    reason: str
 
 
 def _check_body(obj: Any) -> None:
@@ -171,9 +151,18 @@ class Proxy:
         self._request_prefix = f"kr-{uuid.uuid4().hex[:12]}"
         self._request_seq = 0
         self._overhead = {r: metrics.overhead.labels(r) for r in ROUTES.values()}
-        # Requests being forwarded to or relayed from each instance: the ``running``
-        # count of an observation, without a pass over the instance's agents.
-        self._running: dict[str, int] = {}
+        self._forwarder = Forwarder(
+            pool=pool,
+            ledger=ledger,
+            placement=placement,
+            metrics=metrics,
+            breakers=breakers,
+            health=health,
+            clock=clock,
+            timeouts=limits.timeouts,
+            max_attempts=limits.max_attempts,
+            upstream=lambda: self.upstream,  # opened at start-up, after the wiring
+        )
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -269,7 +258,7 @@ class Proxy:
             prefill.start(len(body) // 4 - (agent.context_tokens or 0))
             finished: list[Outcome] = []  # set by the relay once the upstream finished
             try:
-                outcome = await self._forward(
+                outcome = await self._forwarder.forward(
                     ex, agent, body, headers, inject, finished, prefill.done
                 )
             except asyncio.CancelledError:
@@ -327,7 +316,7 @@ class Proxy:
             or not inst_name
         ):
             return
-        running = self._running.get(inst_name, 0) + 1  # this request has left the count
+        running = self._forwarder.running.get(inst_name, 0) + 1  # this request has left the count
         self._observations.record(
             inst_name,
             observation(
@@ -359,116 +348,6 @@ class Proxy:
             # agent's size, and a newcomer holds no place in any queue: admitted as
             # the fast path would admit it, without evaluating the rule twice.
             self._admission.admit_placed(agent, target)
-
-    async def _forward(
-        self,
-        ex: Exchange,
-        agent: Agent,
-        body: bytes,
-        headers: dict[str, str],
-        inject: bool,
-        finished: list[Outcome],
-        first_data: Callable[[], None],
-    ) -> Outcome:
-        tried: set[str] = set()
-        last_error = "no attempt"
-        attempts = self._limits.max_attempts
-        running = self._running
-        pool = self._pool
-        for attempt in range(attempts):
-            inst = pool.get(agent.instance)
-            if inst is None:
-                break
-            tried.add(inst.name)
-            last = attempt + 1 >= attempts
-            running[inst.name] = running.get(inst.name, 0) + 1
-            try:
-                result = await self._attempt(
-                    ex, inst, body, headers, inject, finished, first_data, last
-                )
-            finally:
-                running[inst.name] -= 1
-            if not isinstance(result, _Retry):
-                return result
-            last_error = result.error
-            if not last:
-                self._retry_move(agent, inst.name, result.reason, tried)
-        raise UpstreamError(f"no backend could serve the request ({last_error})", retry_after_s=2)
-
-    async def _attempt(
-        self,
-        ex: Exchange,
-        inst: Instance,
-        body: bytes,
-        headers: dict[str, str],
-        inject: bool,
-        finished: list[Outcome],
-        first_data: Callable[[], None],
-        last: bool,
-    ) -> Outcome | _Retry:
-        """One try on ``inst``: the relayed response, or why another instance may try."""
-        clock = self._clock
-        t_sent = clock()
-        try:
-            resp = await self.upstream.request(
-                ex.method, inst.base_url, ex.path_qs, headers, body,
-                read_timeout_s=self.timeouts.first_byte_s,
-            )  # fmt: skip
-        except TransportTimeoutError:
-            self.breakers.failure(inst, "timeout")
-            raise UpstreamTimeoutError(
-                f"instance {inst.name} sent no response within {self.timeouts.first_byte_s}s"
-            ) from None
-        except TransportConnectError as exc:
-            # Refused / unreachable: nothing was sent, so a retry cannot duplicate.
-            # The backend's address stays in the log, out of the client's error body.
-            log.warning("upstream_connect_failed", instance=inst.name, error=str(exc))
-            self._health.mark_health(inst, ok=False)
-            return _Retry("connection failed", "connect")
-        except TransportClosedError:
-            # Reset or closed after (part of) the request went out: it may be
-            # running on the backend; answering 502 beats generating twice.
-            self.breakers.failure(inst, "disconnected")
-            raise UpstreamError(f"instance {inst.name} dropped the connection") from None
-        except TransportRequestError as exc:  # a forwarded header with a control character
-            raise BadRequestError(str(exc)) from None
-        m = self._metrics
-        m.ttfb.labels(inst.name).observe(clock() - t_sent)
-        if resp.status >= 500:
-            self.breakers.failure(inst, f"http_{resp.status}")
-            if resp.status == 503 and not last:
-                resp.close()  # not ready: it did not run the request
-                return _Retry("HTTP 503", "http_503")
-        else:
-            self.breakers.success(inst)
-        done = False
-        try:
-            result = await relay(
-                ex, resp, inject, headers["X-Request-Id"], finished,
-                self.timeouts.idle_stream_s, clock, first_data, t_sent_s=t_sent,
-            )  # fmt: skip
-            done = True
-            return result
-        finally:
-            if done:
-                resp.release()
-            else:
-                resp.close()
-
-    def _retry_move(self, agent: Agent, source: str, reason: str, tried: set[str]) -> None:
-        m = self._metrics
-        m.retries.labels(source, reason).inc()
-        try:
-            target = self._placement.choose(agent, exclude=tried)
-        except RouterError:
-            return
-        if agent.admitted:
-            self._ledger.set_ongoing(agent, target.name)
-            m.reassignments.labels(source, target.name, "retry").inc()
-        else:
-            self._ledger.place(agent, target.name)
-        log.info("upstream_retry", agent=agent.agent_id, source=source, target=target.name,
-                 reason=reason)  # fmt: skip
 
     def _account(
         self, agent: Agent, route: str, stream: bool, t0: float, held_s: float,

@@ -1,10 +1,10 @@
 """Relaying one upstream response to the client (JSON at once, SSE as it arrives).
 
 Split from :mod:`router.proxy` so the proxy module holds the request's path
-through identity, placement, admission and retries, and this one the byte
-shovelling with its two failure sides (an upstream that stops, a client that
-stops reading). Plain functions of their inputs: the only collaborator is the
-clock that stamps the first byte.
+through identity, placement, admission and retries (:mod:`router.forwarding`),
+and this one the byte shovelling with its two failure sides (an upstream that
+stops, a client that stops reading). Plain functions of their inputs: the only
+collaborator is the clock that stamps the first byte.
 """
 
 from __future__ import annotations

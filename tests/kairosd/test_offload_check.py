@@ -15,7 +15,7 @@ from controllers.kairos import KairosConfig
 from controllers.registry import make_controller
 from controllers.types import ControlDecision, Controller, InstanceSnapshot
 from kairos_common.testing import ManualClock
-from kairos_common.wire import MAX_TOKENS
+from kairos_common.wire_fields import MAX_TOKENS
 from kairosd.config import DEFAULT_KV_BYTES_PER_TOKEN
 from kairosd.loop import Daemon
 from kairosd.offload_check import OffloadCheck, offload_tokens_of, tier_unused_reason
