@@ -13,6 +13,9 @@ So placement and admission are decided together, for the whole fleet:
   policy prefers overall, to be held there.
 * :func:`rehome_held` — a held agent that another instance would admit now moves
   there (and is admitted); nobody waits while another instance could take them.
+* :func:`overflow_target` and :func:`holds_overflow` — an admitted agent whose next
+  request would not fit beside those running moves where it fits, or, when no
+  instance has room, waits in the hold queue rather than make vLLM preempt.
 
 An instance *admits now* (:func:`admits_now`) when its policy does no admission
 control (no-control, fixed clocks, ``kairos-no-ta``), its capacity is unknown,
@@ -48,6 +51,9 @@ class AdmissionRule:
     make_room: bool = True
     """Move idle agents so that a held agent the fleet's split room could take is
     admitted (:func:`controllers.room.make_room`; docs/control-law.md, point 15)."""
+    hold_overflow: bool = True
+    """Hold an admitted agent's request that would overflow its instance's KV cache
+    when no other instance has room for it (:func:`holds_overflow`; point 16)."""
 
 
 def admit_in_order(
@@ -344,9 +350,7 @@ def overflow_target(
     off. None: stay. docs/control-law.md, point 10.
     """
     here = next((g for g in gates if g.load.name == current), None)
-    if here is None or context_tokens <= 0:
-        return None
-    if running_tokens + context_tokens <= here.load.capacity_tokens:
+    if here is None or not overflows(context_tokens, running_tokens, here.load.capacity_tokens):
         return None
     room = dataclasses.replace(rule, enabled=True, admit_within_beta=True)
     fits = [
@@ -364,3 +368,35 @@ def overflow_target(
     if not fits:
         return None
     return LeastContext().place(PlacementRequest(agent_id, 0, context_tokens), fits)
+
+
+def overflows(context_tokens: int, running_tokens: int, capacity_tokens: int) -> bool:
+    """Whether a request over ``context_tokens`` would not fit in the KV cache beside
+    the requests running there (``running_tokens``): vLLM would preempt to serve it."""
+    return context_tokens > 0 and running_tokens + context_tokens > capacity_tokens
+
+
+def holds_overflow(
+    context_tokens: int, running_tokens: int, gate: InstanceGate, rule: AdmissionRule
+) -> bool:
+    """Whether an admitted agent's next request waits in the hold queue (point 16).
+
+    Called when overflow relief (:func:`overflow_target`) found no instance with room:
+    the request would not fit beside those running (:func:`overflows`), so serving it
+    now preempts and recomputes running requests, which then preempt others as their
+    agents come back. Eq. 13 holds newcomers so that admitted contexts fit, but the
+    admitted contexts keep growing; when the whole fleet is past its KV cache, the
+    paper's law has no answer and the instance thrashes (dev trace, half 1, 0.008
+    sessions/s: 679 preemptions in 16 seeds). The answer is the one operating systems
+    give to thrashing, load control: the agent stops being admitted, its context no
+    longer counts, and it is admitted again by the same rule as a newcomer (Eq. 13,
+    fleet admission, making room) once running contexts leave it room. It waits
+    instead of the agents whose requests it would have preempted.
+
+    Only with nothing else in flight does it run anyway (waiting frees nothing),
+    and only under admission control (a policy that admits everyone also thrashes).
+    """
+    if not (rule.enabled and rule.hold_overflow and gate.admission_control):
+        return False
+    cap = gate.load.capacity_tokens
+    return cap > 0 and running_tokens > 0 and overflows(context_tokens, running_tokens, cap)

@@ -57,6 +57,11 @@ class KairosConfig:
     """Fleet admission moves idle agents off an instance so that a held agent fits
     there when the fleet's free room is split between instances (docs/control-law.md,
     point 15). False: held agents wait for one instance to have the room alone."""
+    hold_overflow: bool = True
+    """An admitted agent whose next request would overflow the KV cache beside the
+    running ones, with no other instance to move to, waits in the hold queue instead
+    of making vLLM preempt (docs/control-law.md, point 16). False: it runs, and the
+    instance thrashes until contexts end."""
     activity_aware: bool = True
     """Eq. 9 from the context of *active* agents only (docs/control-law.md, point 6);
     False is the paper-exact law (policy ``kairos-paper``)."""
@@ -143,6 +148,7 @@ class KairosConfig:
             enabled=self.thrashing_avoidance,
             admit_within_beta=self.admit_within_beta,
             make_room=self.make_room,
+            hold_overflow=self.hold_overflow,
         )
 
 

@@ -23,6 +23,11 @@ Five sources of admission, all with the same thresholds:
   others that admit them, so that the longest-held agent that fits that way is
   admitted there (:meth:`AdmissionService.make_room`, :mod:`controllers.room`).
 
+An admitted agent can also go back to the hold queue: when its request would
+overflow the instance's KV cache beside the running ones and no other instance
+has room for it (:meth:`AdmissionService.hold_overflow`, point 16), it waits and
+is admitted again by these same sources.
+
 An instance whose capacity is unknown admits everything: no thrashing
 avoidance is possible without ``U_max``.
 """
@@ -42,6 +47,7 @@ from controllers.admission import (
     admission_tokens,
     admit_in_order,
     admits_now,
+    holds_overflow,
     new_agent_tokens,
     rehome_held,
 )
@@ -268,6 +274,43 @@ class AdmissionService:
     def admit_placed(self, agent: Agent, inst: Instance) -> None:
         """Admit a newcomer that fleet admission placed on ``inst`` as admitted now."""
         self._admit(agent, inst, "fast_path")
+
+    def hold_overflow(self, agent: Agent) -> bool:
+        """Point 16 (:func:`controllers.admission.holds_overflow`): on a request of an
+        admitted agent, after placement's overflow relief found it no other instance,
+        whether the request would overflow the instance's KV cache beside the running
+        ones; if so the agent goes back to the hold queue (its context stops counting)
+        and the request waits for admission as a newcomer's does. Only the agent's
+        sole request in flight: one beside another of its own is already running."""
+        name = agent.instance
+        if not agent.admitted or name is None or agent.in_flight != 1:
+            return False
+        inst = self.pool.get(name)
+        ledger = self.ledger
+        if inst is None or not inst.capacity_tokens:
+            return False
+        if ledger.usage_tokens(name) <= inst.capacity_tokens:
+            return False  # the common case: nothing more to read
+        context = ledger.context_of(agent)
+        running = ledger.running_tokens(name, agent)
+        if not holds_overflow(context, running, self.gate(inst), self.rule):
+            return False
+        now = self.clock()
+        ledger.set_pending(agent, name, now)
+        # Its place in line is its arrival (ahead of newcomers that came after it),
+        # taken as a retry within the grace takes its old place (_place_in_line).
+        agent.queue_since_s, agent.gave_up_s = agent.arrival_s, now
+        self.metrics.overflow_holds.labels(name).inc()
+        log.info(
+            "agent_held_overflow",
+            agent=agent.agent_id,
+            instance=name,
+            context_tokens=context,
+            running_tokens=running,
+            capacity_tokens=inst.capacity_tokens,
+        )
+        self._notify()
+        return True
 
     def admit_now(self, agent: Agent) -> bool:
         """The fast path: whether ``agent`` is admitted, admitting it at once when no

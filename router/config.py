@@ -91,6 +91,10 @@ class AdmissionSettings:
     make_room: bool = True
     """Move idle agents off an instance so that a held agent fits there when the
     fleet's free room is split between instances (docs/control-law.md, point 15)."""
+    hold_overflow: bool = True
+    """Hold an admitted agent's request that would overflow its instance's KV cache
+    beside the running requests, when no other instance has room for it, instead of
+    letting vLLM preempt (docs/control-law.md, point 16)."""
     max_pending_agents: int = 1024
     max_wait_s: float = 600.0
     retry_after_s: float = 5.0

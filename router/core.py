@@ -71,6 +71,7 @@ class RouterCore:
                 new_agent_context_tokens=adm.new_agent_context_tokens,
                 admit_within_beta=adm.admit_within_beta,
                 make_room=adm.make_room,
+                hold_overflow=adm.hold_overflow,
             ),
         )
         self.admission = AdmissionService(

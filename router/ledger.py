@@ -225,6 +225,15 @@ class Ledger:
             if agent is not None:
                 yield agent
 
+    def running_tokens(self, instance: str, besides: Agent) -> int:
+        """The contexts of the agents other than ``besides`` with a request in flight
+        on ``instance``: what a request of ``besides`` must fit beside (points 10, 16)."""
+        return sum(
+            self.context_of(other)
+            for other in self.ongoing(instance)
+            if other is not besides and other.in_flight > 0
+        )
+
     def in_flight_since(self, instance: str) -> float | None:
         """When the oldest request in flight on ``instance`` began (None: none is),
         called once per daemon epoch for energy attribution. An agent's

@@ -132,6 +132,13 @@ class RouterMetrics:
             ["instance", "result"],
             registry=r,
         )
+        self.overflow_holds = Counter(
+            "kairos_router_overflow_holds",
+            "Admitted agents whose request would overflow their instance's KV cache "
+            "and that went back to its hold queue (docs/control-law.md, point 16)",
+            ["instance"],
+            registry=r,
+        )
         self.reassignments = Counter(
             "kairos_router_reassignments",
             "Agents moved between instances (Algorithm 3, overflow, confident, room, failure)",

@@ -182,16 +182,11 @@ class PlacementService:
             return None
         if ledger.usage_tokens(current) <= inst.capacity_tokens:
             return None  # the common case: nothing more to read
-        running = sum(
-            ledger.context_of(other)
-            for other in ledger.ongoing(current)
-            if other is not agent and other.in_flight > 0
-        )
         return overflow_target(
             agent.agent_id,
             current,
             ledger.context_of(agent),
-            running,
+            ledger.running_tokens(current, agent),
             self.admission.gates(),
             self.admission.rule,
         )

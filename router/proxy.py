@@ -335,6 +335,7 @@ class Proxy:
         inst = self._pool.get(agent.instance)
         if inst is not None and inst.eligible:
             self._placement.maybe_reassign(agent)
+            self._admission.hold_overflow(agent)  # then admit_now waits for room
             return
         was_admitted = agent.admitted and inst is not None
         newcomer = agent.instance is None

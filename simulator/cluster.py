@@ -21,6 +21,7 @@ completed, so a slower GPU makes agents live longer and hold more context.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import itertools
 from collections.abc import Callable
@@ -48,6 +49,7 @@ from controllers.admission import (
     HeldAgent,
     InstanceGate,
     Move,
+    holds_overflow,
     new_agent_tokens,
     overflow_target,
     place,
@@ -151,6 +153,7 @@ class Cluster:
         self.reassignments = 0
         self.overflow_moves = 0
         self.room_moves = 0
+        self.overflow_holds = 0
         """Idle agents moved to make room for a held one (controllers/room.py)."""
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
@@ -302,7 +305,7 @@ class Cluster:
         else:
             return ()
         held = sorted(
-            ((a.waiting_since_s, a) for inst in self.instances for a in inst.pending),
+            ((a.arrival_s, a) for inst in self.instances for a in inst.pending),
             key=lambda pair: pair[0],
         )
         views = [HeldAgent(a.agent_id, self.names[a.instance], a.usage_tokens()) for _, a in held]
@@ -366,17 +369,38 @@ class Cluster:
             return None
         if inst.usage <= inst.engine.capacity_tokens:
             return None  # the common case, without building every instance's gate
-        running = sum(
-            a.usage_tokens() for a in inst.ongoing.values() if a.in_flight and a is not agent
-        )
         return overflow_target(
             agent.agent_id,
             inst.name,
             agent.usage_tokens(),
-            running,
+            self._running_tokens(inst, agent),
             self.gates(t),
             self.admission_rule,
         )
+
+    @staticmethod
+    def _running_tokens(inst: SimInstance, agent: SimAgent) -> int:
+        """The contexts of the other agents with a request in flight on ``inst``."""
+        return sum(
+            a.usage_tokens() for a in inst.ongoing.values() if a.in_flight and a is not agent
+        )
+
+    def _hold_overflow(self, inst: SimInstance, agent: SimAgent, t: float) -> bool:
+        """Point 16 (:func:`controllers.admission.holds_overflow`): the agent's request
+        would overflow ``inst`` beside the running ones, so the agent leaves it and
+        waits in its hold queue, to be admitted again as a newcomer is."""
+        if inst.usage <= inst.engine.capacity_tokens:
+            return False  # the common case, as in _overflow_target
+        gate = self.gates(t)[inst.index]
+        running = self._running_tokens(inst, agent)
+        if not holds_overflow(agent.usage_tokens(), running, gate, self.admission_rule):
+            return False
+        inst.leave(agent.agent_id)
+        agent.admitted, agent.held, agent.waiting_since_s = False, True, t
+        # Its place in line is its arrival, as the router's (ahead of later newcomers).
+        bisect.insort(inst.pending, agent, key=lambda a: a.arrival_s)
+        self.overflow_holds += 1
+        return True
 
     def _admit(self, inst: SimInstance, agent: SimAgent, t: float) -> None:
         agent.admitted = True
@@ -429,6 +453,8 @@ class Cluster:
         if decision.target is not None:
             inst = self._move_admitted(agent, inst, decision.target)
             self.reassignments += 1
+        if self._hold_overflow(inst, agent, t):
+            return
         self._submit(inst, agent, t)
 
     def _on_engine_event(self, t: float, payload: tuple[int, EngineEvent]) -> None:

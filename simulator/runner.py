@@ -173,6 +173,7 @@ def _counters(cluster: Cluster, arrivals: int) -> dict[str, float]:
     totals["reassignments"] = float(cluster.reassignments)
     totals["overflow_moves"] = float(cluster.overflow_moves)
     totals["room_moves"] = float(cluster.room_moves)
+    totals["overflow_holds"] = float(cluster.overflow_holds)
     unfinished, held_s = cluster.unfinished(cluster.config.duration_s)
     totals["unfinished_agents"] = float(unfinished)
     totals["unfinished_held_s"] = held_s
@@ -230,6 +231,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "reassignments": int(c.get("reassignments", 0)),
         "overflow_moves": int(c.get("overflow_moves", 0)),
         "room_moves": int(c.get("room_moves", 0)),
+        "overflow_holds": int(c.get("overflow_holds", 0)),
         "wall_s": result.wall_s,
     }
 

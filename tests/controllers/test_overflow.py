@@ -1,14 +1,18 @@
 """Overflow relief (controllers.admission.overflow_target, control-law point 10): an
 agent whose request cannot fit beside the requests running on its instance moves
-to the instance of least context with room by Eq. 13; idle contexts move nobody."""
+to the instance of least context with room by Eq. 13; idle contexts move nobody.
+With no room anywhere, it waits in the hold queue (controllers.admission.holds_overflow,
+point 16)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from controllers import InstanceLoad
-from controllers.admission import AdmissionRule, InstanceGate, overflow_target
+from controllers.admission import AdmissionRule, InstanceGate, holds_overflow, overflow_target
 
 CAP = 100_000
 RULE = AdmissionRule()  # β = 0.95, γ = 0.90
@@ -94,3 +98,36 @@ def test_a_target_is_another_instance_with_room_and_the_least_loaded_one(
     chosen = next(g.load for g in gates if g.load.name == target)
     assert room(chosen.usage_tokens)
     assert chosen.usage_tokens == min(f.usage_tokens for f in fits)
+
+
+def test_held_back_only_when_the_request_overflows_beside_running_ones() -> None:
+    # Point 16: overflow relief found no room (the caller asks only then).
+    here = gate("i0", 0, 130_000)
+    assert holds_overflow(50_000, 60_000, here, RULE)  # 110K > U_max
+    assert not holds_overflow(50_000, 40_000, here, RULE)  # idle contexts: vLLM evicts them
+    assert not holds_overflow(150_000, 0, here, RULE)  # alone: waiting frees nothing
+    assert not holds_overflow(0, 200_000, here, RULE)
+
+
+def test_nobody_is_held_back_without_admission_control_or_with_the_rule_off() -> None:
+    here = gate("i0", 0, 130_000)
+    assert not holds_overflow(50_000, 60_000, here, AdmissionRule(enabled=False))
+    assert not holds_overflow(50_000, 60_000, here, AdmissionRule(hold_overflow=False))
+    free = dataclasses.replace(here, admission_control=False)  # no-control, fixed clocks
+    assert not holds_overflow(50_000, 60_000, free, RULE)
+    unknown = gate("i0", 0, 130_000)
+    unknown = dataclasses.replace(
+        unknown, load=dataclasses.replace(unknown.load, capacity_tokens=0)
+    )
+    assert not holds_overflow(50_000, 60_000, unknown, RULE)
+
+
+@given(st.integers(0, 2 * CAP), st.integers(0, 2 * CAP), st.integers(0, 3 * CAP))
+def test_held_back_exactly_when_running_contexts_leave_it_no_room(
+    size: int, running: int, usage: int
+) -> None:
+    held = holds_overflow(size, running, gate("i0", 0, usage), RULE)
+    assert held == (size > 0 and running > 0 and running + size > CAP)
+    # Whenever it is held back, overflow relief would have moved it had any room existed.
+    if held:
+        assert overflow_target("a", "i0", size, running, [gate("i0", 0, usage)], RULE) is None

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import asyncio
 
+from router.config import AdmissionSettings
 from router.testing import FakeBackend, RunningRouter
-from tests.router.conftest import StartRouter, control, instance_of, one_turn, start_agent
+from tests.router.conftest import (
+    StartRouter,
+    control,
+    end_body,
+    instance_of,
+    one_turn,
+    start_agent,
+)
 
 
 async def _two(make_router: StartRouter, a: FakeBackend, b: FakeBackend) -> RunningRouter:
@@ -142,3 +150,74 @@ async def test_overflow_relief_moves_a_request_that_cannot_fit_beside_the_runnin
     assert len(backend2.received) == 1
     metrics = router.core.metrics.render().decode()
     assert 'reassignments_total{reason="overflow",source="i0",target="i1"} 1.0' in metrics
+
+
+async def _outgrown_pair(router: RunningRouter, backend: FakeBackend) -> tuple[str, str]:
+    """Two agents admitted on i0 (10K-token cache) whose contexts grow to 5004 tokens
+    each (U > U_max); then the first's next request runs, held at the backend."""
+    backend.behaviour.capacity_tokens = 10_000
+    backend.behaviour.prompt_tokens = 1000
+    await router.health.check_once()
+    a, b = await start_agent(router.url), await start_agent(router.url)
+    await one_turn(router, a)
+    await one_turn(router, b)
+    backend.behaviour.prompt_tokens = 5000  # both contexts grow to 5004: U > U_max
+    await one_turn(router, a)
+    await one_turn(router, b)
+    await one_turn(router, a)  # only idle contexts beside it: runs
+    assert router.core.ledger.usage_tokens("i0") == 10_008
+    backend.behaviour.gate = asyncio.Event()
+    return a, b
+
+
+async def test_a_request_that_would_overflow_with_nowhere_to_go_waits_for_room(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """One instance: two agents grow past its KV cache. While one runs, the other's
+    request would make vLLM preempt and no instance has room for it, so the agent
+    goes back to the hold queue (control-law point 16) and its request reaches the
+    backend only once the running agent has ended and Eq. 13 admits it again."""
+    router = await make_router([backend.url])
+    a, b = await _outgrown_pair(router, backend)
+    running = asyncio.create_task(one_turn(router, a))
+    async with backend.arrived:
+        await backend.arrived.wait_for(lambda: len(backend.received) == 6)
+    waiting = asyncio.create_task(one_turn(router, b))  # 5004 running + its 5004 > 10_000
+    adm = router.core.admission
+    await adm.wait_until(lambda: b.split(".")[1] in adm.queue("i0"))
+    ledger = router.core.ledger
+    agent_b = ledger.get(b.split(".")[1])
+    assert agent_b is not None and not agent_b.admitted
+    assert ledger.usage_tokens("i0") == 5_004  # its context no longer counts
+    backend.behaviour.gate.set()
+    await running
+    assert not waiting.done() and len(backend.received) == 6  # 5004 + 5004 > β·U_max
+    status, _ = await control(
+        "POST", f"{router.url}/kairos/v1/agents/{a.split('.')[1]}/end", end_body(router, a)
+    )
+    assert status == 200
+    await asyncio.wait_for(waiting, timeout=30)  # admitted again, on the same instance
+    assert len(backend.received) == 7 and instance_of(router, b) == "i0" and agent_b.admitted
+    metrics = router.core.metrics.render().decode()
+    assert 'kairos_router_overflow_holds_total{instance="i0"} 1.0' in metrics
+
+
+async def test_with_overflow_hold_off_the_request_runs_beside_the_others(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    router = await make_router([backend.url], admission=AdmissionSettings(hold_overflow=False))
+    a, b = await _outgrown_pair(router, backend)
+    running = asyncio.create_task(one_turn(router, a))
+    async with backend.arrived:
+        await backend.arrived.wait_for(lambda: len(backend.received) == 6)
+    waiting = asyncio.create_task(one_turn(router, b))
+    try:  # reaches the backend beside the running request (vLLM would preempt)
+        async with backend.arrived:
+            await asyncio.wait_for(
+                backend.arrived.wait_for(lambda: len(backend.received) == 7), timeout=30
+            )
+    finally:
+        backend.behaviour.gate.set()
+        await running
+        await waiting
+    assert "kairos_router_overflow_holds_total{" not in router.core.metrics.render().decode()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from controllers.admission import HeldAgent, admits_now, place, rehome_held
@@ -171,7 +171,11 @@ running_st = st.lists(
 )
 
 
+FULL = [(200_000, 1), (200_000, 2), (100_000, 1)]  # U ≥ γ·U_max: no room to move to
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@example(ongoing=[[(200_000, 0), (200_000, 0)], FULL, FULL], mover=150_000, evict_s=None)
 @given(
     ongoing=running_st,
     mover=st.integers(1_000, 300_000),
@@ -183,7 +187,7 @@ def test_overflow_relief_alike(
     """An agent of sim0 issues a request beside those in flight: the router and the
     simulator move it to the same instance, or keep it (control-law point 10), the
     room on a target counting sessions away past the eviction window as free
-    (point 14)."""
+    (point 14); kept, both hold it back or both let it run (point 16)."""
     core, cluster = _router(), _cluster(0, evict_s)
     if evict_s is not None:
         _report_law(core, 0, evict_s)
@@ -195,6 +199,14 @@ def test_overflow_relief_alike(
     sim = SimAgent(_program("m", mover), 0.0, 0)
     sim.context_tokens, sim.admitted = mover, True
     cluster.instances[0].join(sim)
-    assert core.placement._overflow_target(agent, "sim0") == cluster._overflow_target(
-        cluster.instances[0], sim, core.clock()
-    )
+    target = core.placement._overflow_target(agent, "sim0")
+    assert target == cluster._overflow_target(cluster.instances[0], sim, core.clock())
+    if target is None:  # nowhere to go: both hold it back, or both let it run (point 16)
+        agent.in_flight = 1  # the request being decided
+        held = core.admission.hold_overflow(agent)
+        assert held == cluster._hold_overflow(cluster.instances[0], sim, core.clock())
+        assert held == (not agent.admitted) == (sim in cluster.instances[0].pending)
+        # Its context has left the instance's U in both (the router's request then
+        # joins the hold queue in wait_admitted, as a newcomer's does).
+        loads = [g.load for g in cluster.gates(core.clock())]
+        assert [g.load for g in core.admission.gates()] == loads

@@ -5,7 +5,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from controllers import KairosController, NoControl, ReassignmentConfig, ReassignmentRule
+from controllers import (
+    KairosConfig,
+    KairosController,
+    NoControl,
+    ReassignmentConfig,
+    ReassignmentRule,
+)
 from reporting.metrics import summarize
 from reporting.records import read_records
 from simulator.cluster import Cluster, ClusterConfig
@@ -82,9 +88,14 @@ def test_consolidating_placement_and_reassignment_across_instances() -> None:
     res = run_sim(spec)
     used = {inst for a in res.agents for inst in a.instances}
     assert "sim0" in used
-    rr = run_sim(dataclasses.replace(spec, placement="round-robin"))
+    # Round-robin spreads from the start (a cache nobody outgrows, so that no
+    # agent is held back mid-session, point 16, and every early agent finishes).
+    roomy = dataclasses.replace(
+        spec, placement="round-robin", preset=small_preset(kv_tokens=200_000)
+    )
+    rr = run_sim(roomy)
     first = [a.instances[0] for a in sorted(rr.agents, key=lambda a: a.start_s)[:6]]
-    assert len(set(first)) == 3  # round-robin spreads from the start
+    assert len(set(first)) == 3
     assert res.run.counters["reassignments"] > 0  # Algorithm 3 moved some agents
     moved = [a for a in res.agents if len(a.instances) > 1]
     assert moved and all(len(set(a.instances)) == len(a.instances) for a in moved)
@@ -94,8 +105,9 @@ def test_consolidating_placement_and_reassignment_across_instances() -> None:
 
 def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
     # Three agents consolidated on sim0 grow to ~11K tokens each on a 20K cache and
-    # run back to back: without relief sim0 preempts (Algorithm 3 never fires: sim1
-    # is idle, not a target); with it the agents that cannot fit move to sim1.
+    # run back to back: without relief (nor point 16's hold) sim0 preempts
+    # (Algorithm 3 never fires: sim1 is idle, not a target); with it the agents
+    # that cannot fit move to sim1.
     preset = small_preset(kv_tokens=20_000)
     programs = [list_agent(i, turns=30, think_s=0.5, prompt=4000) for i in range(3)]
 
@@ -105,6 +117,7 @@ def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
             duration_s=1800.0,
             instances=2,
             reassignment=ReassignmentConfig(relieve_overflow=relieve),
+            kairos=KairosConfig(hold_overflow=relieve),
         )
         cluster = Cluster(preset, config, ListWorkload(programs), [0.0, 0.5, 1.0])
         cluster.run()
@@ -116,6 +129,36 @@ def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
     assert {a.instances[0] for a in relieved.agents_done} == {"sim0"}  # consolidated first
     assert any(a.instances[-1] == "sim1" for a in relieved.agents_done)
     assert max(a.end_s for a in relieved.agents_done) < max(a.end_s for a in paper.agents_done)
+
+
+def test_an_agent_whose_request_would_overflow_waits_instead_of_preempting() -> None:
+    # One instance: three agents grow to ~11K tokens each on a 20K cache, so overflow
+    # relief has nowhere to send them. Without point 16 the instance preempts; with
+    # it the agent whose request would not fit beside the running ones goes back to
+    # the hold queue, ahead of nobody but later arrivals, and is admitted again.
+    preset = small_preset(kv_tokens=20_000)
+    programs = [list_agent(i, turns=30, think_s=0.5, prompt=4000) for i in range(3)]
+
+    def run(hold: bool) -> Cluster:
+        config = ClusterConfig(
+            policy="kairos", duration_s=3600.0, kairos=KairosConfig(hold_overflow=hold)
+        )
+        cluster = Cluster(preset, config, ListWorkload(programs), [0.0, 0.5, 1.0])
+        cluster.run()
+        return cluster
+
+    held, thrashed = run(True), run(False)
+    assert thrashed.overflow_holds == 0 and sum(e.preemptions for e in thrashed.epochs) > 0
+    assert held.overflow_holds > 0 and sum(e.preemptions for e in held.epochs) == 0
+    assert len(held.agents_done) == 3 and all(a.end_reason == "end" for a in held.agents_done)
+    assert max(a.pending_s for a in held.agents_done) > 0.0  # the held-back agents waited
+    # Without admission control nobody is held back (no control admits everyone).
+    free = Cluster(
+        preset, ClusterConfig(policy="no-control", duration_s=3600.0),
+        ListWorkload(programs), [0.0, 0.5, 1.0],
+    )  # fmt: skip
+    free.run()
+    assert free.overflow_holds == 0
 
 
 def test_reproducible_from_seed_and_records_round_trip(tmp_path: Path) -> None:
