@@ -24,8 +24,8 @@ arrival order is never skipped on an instance), and the Eq. 13 rule admits the
 agent on top of the instance's current usage.
 
 The router (``router/admission.py``, ``router/placement_service.py``) and the
-simulator (``simulator/cluster.py``) call exactly these functions, with the same
-inputs, so a simulated result describes the router's behaviour.
+simulator (``simulator/fleet_admission.py``) call exactly these functions, with
+the same inputs, so a simulated result describes the router's behaviour.
 """
 
 from __future__ import annotations

@@ -18,8 +18,9 @@ there, and admits the held agent on it. The plan is all or nothing, and the one
 with the fewest moves wins. Holding is left for when the room is not there at
 all.
 
-The router (``router/admission.py``) and the simulator (``simulator/cluster.py``)
-call these functions with the same inputs after every fleet-admission pass.
+The router (``router/admission.py``) and the simulator
+(``simulator/fleet_admission.py``) call these functions with the same inputs after
+every fleet-admission pass.
 """
 
 from __future__ import annotations

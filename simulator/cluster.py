@@ -15,13 +15,15 @@ the router and the daemon call them:
 * when an ongoing agent issues a request its step counter advances and the
   :class:`~controllers.ReassignmentRule` may move it to another instance.
 
+Which instance admits whom across the fleet (placement, the hold queues' moves,
+overflow relief and holds, client patience) is :mod:`simulator.fleet_admission`.
+
 Agents run closed-loop: turn ``i+1`` is released ``think_s`` after turn ``i``
 completed, so a slower GPU makes agents live longer and hold more context.
 """
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import itertools
 from collections.abc import Callable
@@ -33,11 +35,9 @@ from controllers import (
     ControlDecision,
     FleetBudget,
     FleetBudgetConfig,
-    InstanceLoad,
     InstancePower,
     InstanceSnapshot,
     KairosConfig,
-    PlacementRequest,
     PredictiveConfig,
     ReassignmentConfig,
     ReassignmentRule,
@@ -45,24 +45,15 @@ from controllers import (
     make_controller,
     make_placement_policy,
 )
-from controllers.admission import (
-    HeldAgent,
-    InstanceGate,
-    Move,
-    holds_overflow,
-    new_agent_tokens,
-    overflow_target,
-    place,
-    rehome_held,
-)
+from controllers.admission import new_agent_tokens
 from controllers.energy_attribution import EnergyAccountant
 from controllers.placement import ReassignmentDecision
-from controllers.room import make_room
 from reporting.energy import with_energy
 from reporting.records import GAVE_UP, AgentRecord, EpochRecord
 from simulator.agents import SimAgent
 from simulator.engine import Engine
 from simulator.engine_types import EngineEvent, EngineRequest, RequestFinished, RequestRejected
+from simulator.fleet_admission import FleetAdmission
 from simulator.gpu import SimulatedGpu
 from simulator.instance import SimInstance
 from simulator.power import PowerModel
@@ -100,7 +91,8 @@ class ClusterConfig:
     """Knobs of the ``predictive`` policy (its defaults when ``None``)."""
     client_patience_s: float | None = DEFAULT_CLIENT_PATIENCE_S
     """How long a held session's client keeps asking before the session fails
-    (:meth:`Cluster.drop_impatient`); None: clients wait for as long as it takes."""
+    (``FleetAdmission.drop_impatient``, :mod:`simulator.fleet_admission`); None:
+    clients wait for as long as it takes."""
 
 
 class Cluster:
@@ -135,7 +127,15 @@ class Cluster:
             self.instances.append(SimInstance(i, engine, gpu, ctrl))
         self.policy_name = self.instances[0].controller.name if self.instances else config.policy
         self.names = [inst.name for inst in self.instances]
-        self.placement = make_placement_policy(config.placement, config.theta_cons)
+        # Fleet admission, the router's (placement, hold queues, moves between instances).
+        self.admission = FleetAdmission(
+            self.instances,
+            make_placement_policy(config.placement, config.theta_cons),
+            kairos_config_for(config.policy, config.kairos),
+            config.reassignment,
+            config.client_patience_s,
+            self._admit,
+        )
         self.reassign = ReassignmentRule(config.reassignment)
         self.confident = (
             ConfidentReassignment()
@@ -143,27 +143,31 @@ class Cluster:
             else None
         )
         self.fleet = FleetBudget(config.fleet_budget) if config.fleet_budget else None
-        # The router's admission rule for this deployment (router/admission.py).
-        self._kairos = kairos_config_for(config.policy, config.kairos)
-        self.admission_rule = self._kairos.admission_rule
-        self.held_moves = 0
         self.epochs: list[EpochRecord] = []
         self.agents_done: list[AgentRecord] = []
         self.started_agents = 0
         self.reassignments = 0
         self.overflow_moves = 0
-        self.room_moves = 0
-        self.overflow_holds = 0
-        """Idle agents moved to make room for a held one (controllers/room.py)."""
         self._heap: list[tuple[float, int, int, Any]] = []
         self._seq = itertools.count()
-        self._placements = 0
         self._by_request: dict[str, SimAgent] = {}
         # Per-agent energy, attributed from each epoch's measured energy by the
         # router's code (docs/energy.md), weighed as configured for the preset's
         # model; agent records get it at the end of the run.
         self.energy = EnergyAccountant(weights=preset.energy_weights or timing.work_weights())
         self._req_ids = itertools.count()
+
+    @property
+    def held_moves(self) -> int:
+        return self.admission.held_moves
+
+    @property
+    def room_moves(self) -> int:
+        return self.admission.room_moves
+
+    @property
+    def overflow_holds(self) -> int:
+        return self.admission.overflow_holds
 
     # ------------------------------------------------------------ main loop
     def run(self) -> None:
@@ -252,36 +256,13 @@ class Cluster:
                 heapq.heappush(self._heap, (ev.t_s, next(self._seq), _ENGINE, (inst.index, ev)))
 
     # -------------------------------------------------------------- arrivals
-    def _loads(self) -> list[InstanceLoad]:
-        cap = self.instances[0].engine.capacity_tokens if self.instances else 0
-        return [inst.load(cap) for inst in self.instances]
-
-    def gates(self, t: float) -> list[InstanceGate]:
-        """What fleet admission sees of each instance at ``t`` (as the router builds it)."""
-        gates = []
-        for inst, load in zip(self.instances, self._loads(), strict=True):
-            resident, evictable = inst.admission_tokens(t, self._kairos)
-            gates.append(
-                InstanceGate(
-                    load,
-                    held=len(inst.pending),
-                    defer=inst.decision is not None and inst.decision.defer_admissions,
-                    admission_control=inst.controller.admission_control,
-                    resident_tokens=resident,
-                    evictable_tokens=evictable,
-                )
-            )
-        return gates
-
     def _on_arrival(self, t: float, program: AgentProgram, parent: str | None) -> None:
         self.started_agents += 1
         for child in program.children:
             self._push(t + child.offset_s, _ARRIVAL, (child, program.agent_id))
         size = self._size_of(program)
-        req = PlacementRequest(program.agent_id, self._placements, size)
-        self._placements += 1
-        choice = place(self.placement, req, self.gates(t), self.admission_rule)
-        inst = self.instances[self.names.index(choice.instance)]
+        choice = self.admission.place(program.agent_id, size, t)
+        inst = self.admission.instance(choice.instance)
         agent = SimAgent(program, t, inst.index, size)
         agent.held = True
         if choice.admit_now:
@@ -294,113 +275,6 @@ class Cluster:
         params = self.preset.engine
         limit = min(params.max_model_len, params.kv_capacity_tokens)
         return new_agent_tokens(program.turns[0].prompt_tokens, 0, limit)
-
-    def _rehome_held(self, t: float) -> tuple[Move, ...]:
-        """Held agents another instance admits now move there (fleet admission);
-        then, if some still wait, idle agents move to make room for one. The moves,
-        as the router's ``AdmissionService.rehome`` returns them."""
-        for inst in self.instances:  # a loop, not any(genexpr): runs at every completion
-            if inst.pending:
-                break
-        else:
-            return ()
-        held = sorted(
-            ((a.arrival_s, a) for inst in self.instances for a in inst.pending),
-            key=lambda pair: pair[0],
-        )
-        views = [HeldAgent(a.agent_id, self.names[a.instance], a.usage_tokens()) for _, a in held]
-        moves = rehome_held(
-            self.placement, views, self.gates(t), self.admission_rule, self._placements
-        )
-        by_id = {a.agent_id: a for _, a in held}
-        for move in moves:
-            self._admit_held(by_id[move.agent_id], move.target, t)
-            self.held_moves += 1
-        self._placements += len(moves)
-        moved = {m.agent_id for m in moves}
-        still = [view for view in views if view.agent_id not in moved]
-        return moves + (self._make_room(t, still, by_id) if still else ())
-
-    def _admit_held(self, agent: SimAgent, target_name: str, t: float) -> None:
-        self.instances[agent.instance].pending.remove(agent)
-        target = self.instances[self.names.index(target_name)]
-        if target.index != agent.instance:
-            agent.instance = target.index
-            agent.instances.append(target.index)
-        self._admit(target, agent, t)
-
-    def _make_room(
-        self, t: float, held: list[HeldAgent], by_id: dict[str, SimAgent]
-    ) -> tuple[Move, ...]:
-        """Idle agents move so that a held one is admitted (:func:`controllers.room.make_room`)."""
-        idle = [a for inst in self.instances for a in inst.idle_agents(t, self._kairos)]
-        if not idle:
-            return ()
-        moves = make_room(
-            self.placement, held, idle, self.gates(t), self.admission_rule, self._placements
-        )
-        if not moves:
-            return ()
-        *movers, admitted = moves
-        for move in movers:
-            source = self.instances[self.names.index(move.source)]
-            agent = source.ongoing[move.agent_id]
-            self._move_admitted(agent, source, move.target)
-            agent.steps_since_assignment = 0
-            self.room_moves += 1
-        self._admit_held(by_id[admitted.agent_id], admitted.target, t)
-        self._placements += len(moves)
-        return moves
-
-    def _move_admitted(self, agent: SimAgent, source: SimInstance, target_name: str) -> SimInstance:
-        """Reassign an admitted agent: its context counts on ``target_name`` from now;
-        its next request goes there (and re-prefills: the cache stays behind)."""
-        target = self.instances[self.names.index(target_name)]
-        source.leave(agent.agent_id)
-        target.join(agent)
-        agent.instance = target.index
-        agent.instances.append(target.index)
-        return target
-
-    def _overflow_target(self, inst: SimInstance, agent: SimAgent, t: float) -> str | None:
-        """The router's overflow relief (:func:`controllers.admission.overflow_target`)."""
-        rule = self.config.reassignment
-        if not (rule.enabled and rule.relieve_overflow):
-            return None
-        if inst.usage <= inst.engine.capacity_tokens:
-            return None  # the common case, without building every instance's gate
-        return overflow_target(
-            agent.agent_id,
-            inst.name,
-            agent.usage_tokens(),
-            self._running_tokens(inst, agent),
-            self.gates(t),
-            self.admission_rule,
-        )
-
-    @staticmethod
-    def _running_tokens(inst: SimInstance, agent: SimAgent) -> int:
-        """The contexts of the other agents with a request in flight on ``inst``."""
-        return sum(
-            a.usage_tokens() for a in inst.ongoing.values() if a.in_flight and a is not agent
-        )
-
-    def _hold_overflow(self, inst: SimInstance, agent: SimAgent, t: float) -> bool:
-        """Point 16 (:func:`controllers.admission.holds_overflow`): the agent's request
-        would overflow ``inst`` beside the running ones, so the agent leaves it and
-        waits in its hold queue, to be admitted again as a newcomer is."""
-        if inst.usage <= inst.engine.capacity_tokens:
-            return False  # the common case, as in _overflow_target
-        gate = self.gates(t)[inst.index]
-        running = self._running_tokens(inst, agent)
-        if not holds_overflow(agent.usage_tokens(), running, gate, self.admission_rule):
-            return False
-        inst.leave(agent.agent_id)
-        agent.admitted, agent.held, agent.waiting_since_s = False, True, t
-        # Its place in line is its arrival, as the router's (ahead of later newcomers).
-        bisect.insort(inst.pending, agent, key=lambda a: a.arrival_s)
-        self.overflow_holds += 1
-        return True
 
     def _admit(self, inst: SimInstance, agent: SimAgent, t: float) -> None:
         agent.admitted = True
@@ -433,7 +307,7 @@ class Cluster:
         agent.release_s = t
         inst = self.instances[agent.instance]
         agent.steps_since_assignment += 1
-        relief = self._overflow_target(inst, agent, t)
+        relief = self.admission.overflow_target(inst, agent, t)
         if relief is not None:
             decision = ReassignmentDecision(target=relief, reset_counter=True)
             self.overflow_moves += 1
@@ -441,19 +315,21 @@ class Cluster:
             decision = self.confident.decide_agent(
                 inst.name,
                 agent.steps_since_assignment,
-                self._loads(),
+                self.admission.loads(),
                 agent_id=agent.agent_id,
                 context_tokens=agent.usage_tokens(),
                 completed_steps=agent.steps,
             )
         else:
-            decision = self.reassign.decide(inst.name, agent.steps_since_assignment, self._loads())
+            decision = self.reassign.decide(
+                inst.name, agent.steps_since_assignment, self.admission.loads()
+            )
         if decision.reset_counter:
             agent.steps_since_assignment = 0
         if decision.target is not None:
-            inst = self._move_admitted(agent, inst, decision.target)
+            inst = self.admission.move_admitted(agent, inst, decision.target)
             self.reassignments += 1
-        if self._hold_overflow(inst, agent, t):
+        if self.admission.hold_overflow(inst, agent, t):
             return
         self._submit(inst, agent, t)
 
@@ -466,7 +342,7 @@ class Cluster:
         if isinstance(ev, RequestRejected):
             inst.leave(agent.agent_id)
             self.agents_done.append(self._record(agent, t, "rejected"))
-            self._rehome_held(t)
+            self.admission.rehome_held(t)
             return
         assert isinstance(ev, RequestFinished)
         inst.observations.append(inst.observation(ev))
@@ -482,7 +358,7 @@ class Cluster:
             self.agents_done.append(self._record(agent, t, "end"))
         else:
             self._push(t + agent.turn.think_s, _RELEASE, agent)
-        self._rehome_held(t)  # usage changed: as the router does after every completion
+        self.admission.rehome_held(t)  # usage changed: as the router does after every completion
 
     def _record(self, agent: SimAgent, t: float, reason: str) -> AgentRecord:
         slo = self.config.kairos.slo_tok_s
@@ -527,29 +403,13 @@ class Cluster:
                 for agent in [a for a in inst.pending if a.agent_id in admit]:
                     inst.pending.remove(agent)
                     self._admit(inst, agent, t)
-        self._rehome_held(t)
-        self.drop_impatient(t)
+        self.admission.rehome_held(t)
+        for agent in self.admission.drop_impatient(t):
+            self.agents_done.append(self._record(agent, t, GAVE_UP))
         if self.progress is not None:
             self.progress(t)
         if t + self.epoch_s <= self.config.duration_s + 1e-9:
             self._push(t + self.epoch_s, _EPOCH, k + 1)
-
-    def drop_impatient(self, t: float) -> None:
-        """Held sessions whose clients have stopped retrying end without running.
-
-        The simulator would otherwise hold a session for as long as it takes, while
-        in production its client gives up after ``client_patience_s``: the session
-        fails (its record's ``end_reason`` is ``gave-up``; metrics count it as an SLO
-        miss, not as a finished session). Checked once an epoch.
-        """
-        patience = self.config.client_patience_s
-        if patience is None:
-            return
-        for inst in self.instances:
-            for agent in [a for a in inst.pending if t - a.waiting_since_s >= patience]:
-                inst.pending.remove(agent)
-                agent.pending_s += t - agent.waiting_since_s
-                self.agents_done.append(self._record(agent, t, GAVE_UP))
 
     def _apply_budget(
         self, fleet: FleetBudget, decisions: list[ControlDecision], k: int

@@ -127,7 +127,7 @@ async def _check(
     evict_s: float | None,
 ) -> None:
     core, cluster = _router(), _cluster(tier, evict_s)
-    ledger, adm = core.ledger, core.admission
+    ledger, adm, fleet = core.ledger, core.admission, cluster.admission
     now = core.clock()
     if tier or evict_s is not None:
         _report_law(core, tier, evict_s)
@@ -144,24 +144,24 @@ async def _check(
         cluster.instances[i].pending.append(sim)
         views.append(HeldAgent(aid, f"sim{i}", size))
 
-    assert adm.gates() == cluster.gates(now)
-    assert adm.rule == cluster.admission_rule
+    assert adm.gates() == fleet.gates(now)
+    assert adm.rule == fleet.rule
 
     # A newcomer: same instance, same admit-or-hold.
     newbie = ledger.add(Agent("new", 99.0, 0.0, estimated_context_tokens=newcomer))
     request = PlacementRequest("new", 0, newcomer)
-    expected = place(cluster.placement, request, cluster.gates(now), cluster.admission_rule)
+    expected = place(fleet.placement, request, fleet.gates(now), fleet.rule)
     assert core.placement.choose(newbie).name == expected.instance
     target = core.pool.resolve(expected.instance)
     assert admits_now(adm.gate(target), newcomer, adm.rule) == expected.admit_now  # fast path
 
     # Held agents: the router's moves are the simulator's, those that make room
     # (control-law point 15) included; rehome_held's come first.
-    fleet_moves = rehome_held(cluster.placement, views, cluster.gates(now), cluster.admission_rule)
-    sim_moves = cluster._rehome_held(now)
+    fleet_moves = rehome_held(fleet.placement, views, fleet.gates(now), fleet.rule)
+    sim_moves = fleet.rehome_held(now)
     assert sim_moves[: len(fleet_moves)] == fleet_moves
     assert adm.rehome() == sim_moves
-    assert adm.gates() == cluster.gates(now)
+    assert adm.gates() == fleet.gates(now)
 
 
 running_st = st.lists(
@@ -200,13 +200,13 @@ def test_overflow_relief_alike(
     sim.context_tokens, sim.admitted = mover, True
     cluster.instances[0].join(sim)
     target = core.placement._overflow_target(agent, "sim0")
-    assert target == cluster._overflow_target(cluster.instances[0], sim, core.clock())
+    assert target == cluster.admission.overflow_target(cluster.instances[0], sim, core.clock())
     if target is None:  # nowhere to go: both hold it back, or both let it run (point 16)
         agent.in_flight = 1  # the request being decided
         held = core.admission.hold_overflow(agent)
-        assert held == cluster._hold_overflow(cluster.instances[0], sim, core.clock())
+        assert held == cluster.admission.hold_overflow(cluster.instances[0], sim, core.clock())
         assert held == (not agent.admitted) == (sim in cluster.instances[0].pending)
         # Its context has left the instance's U in both (the router's request then
         # joins the hold queue in wait_admitted, as a newcomer's does).
-        loads = [g.load for g in cluster.gates(core.clock())]
+        loads = [g.load for g in cluster.admission.gates(core.clock())]
         assert [g.load for g in core.admission.gates()] == loads
