@@ -275,6 +275,15 @@ class AdmissionService:
         """Admit a newcomer that fleet admission placed on ``inst`` as admitted now."""
         self._admit(agent, inst, "fast_path")
 
+    def overcommitted(self, name: str) -> Instance | None:
+        """Instance ``name`` if its ``U`` is past its known ``U_max``, else None: only
+        then can a request not fit beside the running ones (overflow relief, point
+        10; holding back, point 16), so the common case reads no other agent."""
+        inst = self.pool.get(name)
+        if inst is None or not inst.capacity_tokens:
+            return None
+        return inst if self.ledger.usage_tokens(name) > inst.capacity_tokens else None
+
     def hold_overflow(self, agent: Agent) -> bool:
         """Point 16 (:func:`controllers.admission.holds_overflow`): on a request of an
         admitted agent, after placement's overflow relief found it no other instance,
@@ -285,12 +294,10 @@ class AdmissionService:
         name = agent.instance
         if not agent.admitted or name is None or agent.in_flight != 1:
             return False
-        inst = self.pool.get(name)
-        ledger = self.ledger
-        if inst is None or not inst.capacity_tokens:
-            return False
-        if ledger.usage_tokens(name) <= inst.capacity_tokens:
+        inst = self.overcommitted(name)
+        if inst is None:
             return False  # the common case: nothing more to read
+        ledger = self.ledger
         context = ledger.context_of(agent)
         running = ledger.running_tokens(name, agent)
         if not holds_overflow(context, running, self.gate(inst), self.rule):

@@ -176,12 +176,9 @@ class PlacementService:
         agent's request would not fit beside those running on ``current``."""
         if not self.rule.config.relieve_overflow:
             return None
-        inst = self.pool.get(current)
-        ledger = self.ledger
-        if inst is None or not inst.capacity_tokens:
-            return None
-        if ledger.usage_tokens(current) <= inst.capacity_tokens:
+        if self.admission.overcommitted(current) is None:
             return None  # the common case: nothing more to read
+        ledger = self.ledger
         return overflow_target(
             agent.agent_id,
             current,

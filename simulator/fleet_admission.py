@@ -79,20 +79,19 @@ class FleetAdmission:
 
     def gates(self, t: float) -> list[InstanceGate]:
         """What fleet admission sees of each instance at ``t`` (as the router builds it)."""
-        gates = []
-        for inst, load in zip(self.instances, self.loads(), strict=True):
-            resident, evictable = inst.admission_tokens(t, self.kairos)
-            gates.append(
-                InstanceGate(
-                    load,
-                    held=len(inst.pending),
-                    defer=inst.decision is not None and inst.decision.defer_admissions,
-                    admission_control=inst.controller.admission_control,
-                    resident_tokens=resident,
-                    evictable_tokens=evictable,
-                )
-            )
-        return gates
+        return [self.gate(inst, t) for inst in self.instances]
+
+    def gate(self, inst: SimInstance, t: float) -> InstanceGate:
+        """What fleet admission sees of ``inst`` at ``t`` (``AdmissionService.gate``)."""
+        resident, evictable = inst.admission_tokens(t, self.kairos)
+        return InstanceGate(
+            inst.load(self.instances[0].engine.capacity_tokens),
+            held=len(inst.pending),
+            defer=inst.decision is not None and inst.decision.defer_admissions,
+            admission_control=inst.controller.admission_control,
+            resident_tokens=resident,
+            evictable_tokens=evictable,
+        )
 
     def place(self, agent_id: str, size: int, t: float) -> Placement:
         """A newcomer's instance, and whether it is admitted there at once."""
@@ -194,9 +193,8 @@ class FleetAdmission:
         waits in its hold queue, to be admitted again as a newcomer is."""
         if inst.usage <= inst.engine.capacity_tokens:
             return False  # the common case, as in overflow_target
-        gate = self.gates(t)[inst.index]
         running = self._running_tokens(inst, agent)
-        if not law.holds_overflow(agent.usage_tokens(), running, gate, self.rule):
+        if not law.holds_overflow(agent.usage_tokens(), running, self.gate(inst, t), self.rule):
             return False
         inst.leave(agent.agent_id)
         agent.admitted, agent.held, agent.waiting_since_s = False, True, t

@@ -103,25 +103,29 @@ def test_consolidating_placement_and_reassignment_across_instances() -> None:
     assert no_reassign.run.counters["reassignments"] == 0
 
 
-def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
-    # Three agents consolidated on sim0 grow to ~11K tokens each on a 20K cache and
-    # run back to back: without relief (nor point 16's hold) sim0 preempts
-    # (Algorithm 3 never fires: sim1 is idle, not a target); with it the agents
-    # that cannot fit move to sim1.
-    preset = small_preset(kv_tokens=20_000)
+def _outgrown(config: ClusterConfig) -> Cluster:
+    """Three agents that grow to ~11K tokens each on a 20K cache, run back to back."""
     programs = [list_agent(i, turns=30, think_s=0.5, prompt=4000) for i in range(3)]
+    preset = small_preset(kv_tokens=20_000)
+    cluster = Cluster(preset, config, ListWorkload(programs), [0.0, 0.5, 1.0])
+    cluster.run()
+    return cluster
 
+
+def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
+    # The three agents are consolidated on sim0: without relief (nor point 16's
+    # hold) sim0 preempts (Algorithm 3 never fires: sim1 is idle, not a target);
+    # with it the agents that cannot fit move to sim1.
     def run(relieve: bool) -> Cluster:
-        config = ClusterConfig(
-            policy="kairos",
-            duration_s=1800.0,
-            instances=2,
-            reassignment=ReassignmentConfig(relieve_overflow=relieve),
-            kairos=KairosConfig(hold_overflow=relieve),
+        return _outgrown(
+            ClusterConfig(
+                policy="kairos",
+                duration_s=1800.0,
+                instances=2,
+                reassignment=ReassignmentConfig(relieve_overflow=relieve),
+                kairos=KairosConfig(hold_overflow=relieve),
+            )
         )
-        cluster = Cluster(preset, config, ListWorkload(programs), [0.0, 0.5, 1.0])
-        cluster.run()
-        return cluster
 
     relieved, paper = run(True), run(False)
     assert paper.overflow_moves == 0 and sum(e.preemptions for e in paper.epochs) > 0
@@ -132,20 +136,13 @@ def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
 
 
 def test_an_agent_whose_request_would_overflow_waits_instead_of_preempting() -> None:
-    # One instance: three agents grow to ~11K tokens each on a 20K cache, so overflow
-    # relief has nowhere to send them. Without point 16 the instance preempts; with
-    # it the agent whose request would not fit beside the running ones goes back to
-    # the hold queue, ahead of nobody but later arrivals, and is admitted again.
-    preset = small_preset(kv_tokens=20_000)
-    programs = [list_agent(i, turns=30, think_s=0.5, prompt=4000) for i in range(3)]
-
+    # One instance, so overflow relief has nowhere to send the three agents. Without
+    # point 16 the instance preempts; with it the agent whose request would not fit
+    # beside the running ones goes back to the hold queue, ahead of nobody but later
+    # arrivals, and is admitted again.
     def run(hold: bool) -> Cluster:
-        config = ClusterConfig(
-            policy="kairos", duration_s=3600.0, kairos=KairosConfig(hold_overflow=hold)
-        )
-        cluster = Cluster(preset, config, ListWorkload(programs), [0.0, 0.5, 1.0])
-        cluster.run()
-        return cluster
+        law = KairosConfig(hold_overflow=hold)
+        return _outgrown(ClusterConfig(policy="kairos", duration_s=3600.0, kairos=law))
 
     held, thrashed = run(True), run(False)
     assert thrashed.overflow_holds == 0 and sum(e.preemptions for e in thrashed.epochs) > 0
@@ -153,11 +150,7 @@ def test_an_agent_whose_request_would_overflow_waits_instead_of_preempting() -> 
     assert len(held.agents_done) == 3 and all(a.end_reason == "end" for a in held.agents_done)
     assert max(a.pending_s for a in held.agents_done) > 0.0  # the held-back agents waited
     # Without admission control nobody is held back (no control admits everyone).
-    free = Cluster(
-        preset, ClusterConfig(policy="no-control", duration_s=3600.0),
-        ListWorkload(programs), [0.0, 0.5, 1.0],
-    )  # fmt: skip
-    free.run()
+    free = _outgrown(ClusterConfig(policy="no-control", duration_s=3600.0))
     assert free.overflow_holds == 0
 
 
