@@ -146,6 +146,10 @@ class Ledger:
         # Called with the id of every agent that leaves (ended or expired), so services
         # keeping per-agent state (confident placement's streaks) can drop it.
         self.on_remove: list[Callable[[str], None]] = []
+        # Called with the id of every admitted agent that runs on another instance
+        # from now (any reassignment, a room move, a held agent admitted elsewhere):
+        # evidence gathered about its old instance is void.
+        self.on_move: list[Callable[[str], None]] = []
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -274,8 +278,9 @@ class Ledger:
 
     def set_ongoing(self, agent: Agent, instance: str) -> None:
         """Agent becomes ongoing on ``instance`` (admission or reassignment)."""
-        if agent.instance is not None:
-            self._ongoing.get(agent.instance, set()).discard(agent.agent_id)
+        previous = agent.instance
+        if previous is not None:
+            self._ongoing.get(previous, set()).discard(agent.agent_id)
         agent.instance = instance
         agent.admitted = True
         agent.waiting_since_s = None
@@ -284,6 +289,9 @@ class Ledger:
         if not agent.instances or agent.instances[-1] != instance:
             agent.instances.append(instance)
         self.touch(agent)
+        if previous is not None and previous != instance:
+            for listener in self.on_move:
+                listener(agent.agent_id)
 
     def place(self, agent: Agent, instance: str) -> None:
         """Agent is placed on ``instance`` but not admitted there (yet)."""

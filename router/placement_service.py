@@ -71,6 +71,7 @@ class PlacementService:
         self._sequence = 0
         if confident is not None:
             ledger.on_remove.append(confident.forget)
+            ledger.on_move.append(confident.forget)  # room moves, overflow relief, fleet moves
 
     @classmethod
     def from_settings(

@@ -142,6 +142,8 @@ class Cluster:
             if config.placement == "confident" and config.reassignment.enabled
             else None
         )
+        if self.confident is not None:  # as the router's Ledger.on_move
+            self.admission.on_move = self.confident.forget
         self.fleet = FleetBudget(config.fleet_budget) if config.fleet_budget else None
         self.epochs: list[EpochRecord] = []
         self.agents_done: list[AgentRecord] = []

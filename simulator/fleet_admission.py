@@ -69,6 +69,9 @@ class FleetAdmission:
         """Idle agents moved to make room for a held one (controllers/room.py)."""
         self.overflow_holds = 0
         """Requests held back because they would overflow their instance (point 16)."""
+        self.on_move: Callable[[str], None] | None = None
+        """Called with an agent's id when it runs on another instance from now (the
+        router's ``Ledger.on_move``): confident placement drops its streak."""
 
     def instance(self, name: str) -> SimInstance:
         return self.instances[self.names.index(name)]
@@ -129,6 +132,7 @@ class FleetAdmission:
         if target.index != agent.instance:
             agent.instance = target.index
             agent.instances.append(target.index)
+            self._moved(agent.agent_id)
         self._admit(target, agent, t)
 
     def _make_room(
@@ -162,7 +166,12 @@ class FleetAdmission:
         target.join(agent)
         agent.instance = target.index
         agent.instances.append(target.index)
+        self._moved(agent.agent_id)
         return target
+
+    def _moved(self, agent_id: str) -> None:
+        if self.on_move is not None:
+            self.on_move(agent_id)
 
     def overflow_target(self, inst: SimInstance, agent: SimAgent, t: float) -> str | None:
         """The router's overflow relief (:func:`controllers.admission.overflow_target`)."""

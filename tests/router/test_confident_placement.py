@@ -236,6 +236,18 @@ def test_streak_forgotten_when_the_agent_is_placed_anew() -> None:
     assert _requests(service, agent, 8) == [None] * 8
 
 
+def test_streak_forgotten_when_another_service_moves_the_agent() -> None:
+    """A room move (point 15), overflow relief or a held agent admitted elsewhere puts
+    the agent on another instance: its streak was evidence about the old one."""
+    service, ledger = _service(policy="confident")
+    agent = _pressure(ledger)
+    _ongoing(ledger, "d", "i2", 4000)
+    assert _requests(service, agent, 8) == [None] * 8  # streak 1 of 2, on i0
+    ledger.set_ongoing(agent, "i2")  # moved: i2 is now as hot as i0 was
+    assert _requests(service, agent, 8) == [None] * 8  # a fresh streak: 1 of 2 on i2
+    assert _requests(service, agent, 8)[-1] == "i1"
+
+
 def test_reassign_off_disables_confident_moves() -> None:
     service, ledger = _service(policy="confident", reassign=False)
     agent = _pressure(ledger)

@@ -135,6 +135,22 @@ def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
     assert max(a.end_s for a in relieved.agents_done) < max(a.end_s for a in paper.agents_done)
 
 
+def test_an_agent_that_moves_loses_its_confident_streak() -> None:
+    # Confident placement's streak is evidence about the agent's instance: any move
+    # (here an agent held back by point 16 and admitted on the other instance) voids
+    # it, as the router's Ledger.on_move.
+    programs = [list_agent(i, turns=30, think_s=0.5, prompt=4000) for i in range(3)]
+    config = ClusterConfig(policy="kairos", duration_s=1800.0, instances=2, placement="confident")
+    cluster = Cluster(small_preset(kv_tokens=20_000), config, ListWorkload(programs), [0, 0.5, 1])
+    assert cluster.confident is not None
+    assert cluster.admission.on_move == cluster.confident.forget
+    moved: list[str] = []
+    cluster.admission.on_move = moved.append
+    cluster.run()
+    moves = cluster.held_moves + cluster.overflow_moves + cluster.reassignments + cluster.room_moves
+    assert moved and len(moved) == moves
+
+
 def test_an_agent_whose_request_would_overflow_waits_instead_of_preempting() -> None:
     # One instance, so overflow relief has nowhere to send the three agents. Without
     # point 16 the instance preempts; with it the agent whose request would not fit
