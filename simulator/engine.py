@@ -244,13 +244,27 @@ class Engine:
             return True
         if len(self.running) >= self.params.max_num_seqs:
             return True
-        bs = self._bs
         head = self.waiting[0]
         hit, load = self.prefix_blocks(head)
         budget = self.params.max_num_batched_tokens - len(self.running)
-        chunk = min(head.total - (hit + load) * bs, budget)
-        need = -(-((hit + load) * bs + chunk) // bs) - hit
-        return need > self.kv.available_blocks - hit
+        chunk = min(head.total - (hit + load) * self._bs, budget)
+        return self.gate_blocks(head, hit, load, chunk) > self.kv.available_blocks - hit
+
+    def gate_blocks(self, seq: _Seq, hit: int, load: int, chunk: int) -> int:
+        """Blocks a waiting ``seq`` needs free (beyond the ``hit`` cached blocks it
+        reuses) to be admitted with a first step of ``chunk`` tokens.
+
+        vLLM's default (``--scheduler-reserve-full-isl``, on in the V1 releases
+        this project builds against) admits a waiting or preempted request only if
+        its *whole* sequence fits; otherwise it stays queued and nothing is
+        preempted. Older V1 checked the first chunk only: a long prompt was admitted
+        into a nearly full cache, and a later chunk that found no block preempted
+        the newest running request (``EngineParams.reserve_full_isl = False``)."""
+        bs = self._bs
+        base = (hit + load) * bs if seq.computed == 0 else seq.computed
+        owned = hit if seq.computed == 0 else seq.blocks
+        upto = seq.total if self.params.reserve_full_isl else base + chunk
+        return -(-upto // bs) - owned
 
     def prefix_blocks(self, seq: _Seq) -> tuple[int, int]:
         """``(hit, load)``: blocks of a waiting ``seq``'s prefix it would reuse if

@@ -93,6 +93,11 @@ class EngineParams:
     max_num_batched_tokens: int = 8192
     max_num_seqs: int = 256
     max_model_len: int = 262_144
+    reserve_full_isl: bool = True
+    """Admit a waiting request only if its whole sequence fits the free KV (vLLM's
+    default ``--scheduler-reserve-full-isl``); False: only its first prefill chunk,
+    as older V1 releases did, so that long prompts admitted into a full cache are
+    preempted mid-prefill (``Engine.gate_blocks``)."""
     kv_offload_tokens: int = 0
     """Host-memory tier of the prefix cache, in tokens (vLLM's
     ``--kv-offloading-size`` GiB · 2^30 / KV bytes per token; 0: off, vLLM's

@@ -19,7 +19,10 @@ from simulator.workload import AgentProgram, Turn
 DATA = Path(__file__).parent / "data"
 
 
-def small_preset(kv_tokens: int = 4096, max_seqs: int = 256, budget: int = 8192) -> Preset:
+def small_preset(
+    kv_tokens: int = 4096, max_seqs: int = 256, budget: int = 8192, full_isl: bool = True
+) -> Preset:
+    """``full_isl=False``: an older V1 engine that admits on the first chunk."""
     p = get_preset()
     return dataclasses.replace(
         p,
@@ -29,6 +32,7 @@ def small_preset(kv_tokens: int = 4096, max_seqs: int = 256, budget: int = 8192)
             max_model_len=kv_tokens,
             max_num_seqs=max_seqs,
             max_num_batched_tokens=budget,
+            reserve_full_isl=full_isl,
         ),
     )
 

@@ -74,6 +74,34 @@ def test_preemption_takes_most_recently_admitted_first() -> None:
     assert finishes.index("r0") < finishes.index("r3")
 
 
+def _late_long_prompt(full_isl: bool) -> list[object]:
+    """A 1500-token prompt arrives while a 3000-token request decodes on a 4096-token
+    cache: its first 256-token chunk fits, the whole prompt does not."""
+    e = make_engine(small_preset(kv_tokens=4096, budget=256, full_isl=full_isl))
+    e.submit(EngineRequest("r0", 3000, 400, 0.0, cache_key="a0"))
+    events: list[object] = []
+    while not any(isinstance(ev, FirstToken) for ev in events):
+        t = e.next_event_time()
+        assert t is not None
+        events += e.advance_to(t)
+    e.submit(EngineRequest("r1", 1500, 10, e.now_s, cache_key="a1"))
+    return events + drain(e)
+
+
+def test_a_waiting_prompt_is_admitted_only_when_all_of_it_fits() -> None:
+    # vLLM's --scheduler-reserve-full-isl (its default): r1 waits, nobody is preempted.
+    events = _late_long_prompt(full_isl=True)
+    assert not [ev for ev in events if isinstance(ev, Preempted)]
+    done = {ev.request_id: ev for ev in events if isinstance(ev, RequestFinished)}
+    first = {ev.request_id: ev.t_s for ev in events if isinstance(ev, FirstToken)}
+    assert first["r1"] >= done["r0"].t_s  # admitted once r0 left room for all of it
+    # Admitting on the first chunk (V1 before the gate): r1 takes the free blocks,
+    # a later chunk finds none, and the newest running request is preempted.
+    events = _late_long_prompt(full_isl=False)
+    assert [ev for ev in events if isinstance(ev, Preempted)]
+    assert {ev.request_id for ev in events if isinstance(ev, RequestFinished)} == {"r0", "r1"}
+
+
 def test_prefix_reuse_when_resident_and_recompute_when_evicted() -> None:
     e = make_engine(small_preset(kv_tokens=16384))
     e.submit(EngineRequest("t1", 3000, 100, 0.0, cache_key="agent"))
