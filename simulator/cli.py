@@ -37,6 +37,7 @@ from simulator.presets import (
     PRESET_NAMES,
     control_levels,
     get_preset,
+    with_full_isl,
     with_kv_offload,
     with_num_levels,
 )
@@ -68,6 +69,7 @@ class SimCliConfig:
     arrival_offset_s: float = 0.0
     num_levels: int | None = None
     kv_offload_gib: float = 0.0
+    reserve_full_isl: bool = True
     out: Path = Path("sim-out")
     plots: bool = True
     processes: int = 0
@@ -85,8 +87,11 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
         slo_tok_s=cfg.slo,
         seed=cfg.seed,
         placement=cfg.placement,
-        preset=with_kv_offload(
-            with_num_levels(get_preset(cfg.preset), cfg.num_levels), cfg.kv_offload_gib
+        preset=with_full_isl(
+            with_kv_offload(
+                with_num_levels(get_preset(cfg.preset), cfg.num_levels), cfg.kv_offload_gib
+            ),
+            cfg.reserve_full_isl,
         ),
         epoch_s=cfg.epoch_s,
         think_cap_s=cfg.think_cap_s,
@@ -238,6 +243,9 @@ HELP: dict[str, str] = {
     "own chaos",
     "kv_offload_gib": "GiB of host memory per instance for vLLM's CPU KV tier "
     "(vllm serve --kv-offloading-backend native --kv-offloading-size; default 0: off)",
+    "reserve_full_isl": "vLLM admits a waiting prompt only when all of it fits the free KV "
+    "cache (vllm serve --scheduler-reserve-full-isl, its default); --no-reserve-full-isl "
+    "admits it on its first prefill chunk, as vLLM did before that gate",
     "num_levels": "clock levels the adaptive policies use, evenly spaced over the preset's "
     "range (default from the preset: 8), as kairosd run --num-levels",
     "out": "directory for JSONL records and PNGs (default sim-out)",
@@ -271,6 +279,7 @@ def register(app: typer.Typer) -> None:
         arrival_offset_s: Annotated[float | None, Opt(help=HELP["arrival_offset_s"])] = None,
         num_levels: Annotated[int | None, Opt(help=HELP["num_levels"])] = None,
         kv_offload_gib: Annotated[float | None, Opt(help=HELP["kv_offload_gib"])] = None,
+        reserve_full_isl: Annotated[bool | None, Opt(help=HELP["reserve_full_isl"])] = None,
         out: Annotated[Path | None, Opt(help=HELP["out"])] = None,
         plots: Annotated[bool | None, Opt(help=HELP["plots"])] = None,
         processes: Annotated[int | None, Opt(help=HELP["processes"])] = None,
@@ -302,6 +311,7 @@ def register(app: typer.Typer) -> None:
             "arrival_offset_s": arrival_offset_s,
             "num_levels": num_levels,
             "kv_offload_gib": kv_offload_gib,
+            "reserve_full_isl": reserve_full_isl,
             "out": out,
             "plots": plots,
             "processes": processes,

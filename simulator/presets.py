@@ -227,6 +227,16 @@ def with_kv_offload(preset: Preset, gib: float, flag: str = "--kv-offload-gib") 
     return dataclasses.replace(preset, engine=engine)
 
 
+def with_full_isl(preset: Preset, reserve: bool) -> Preset:
+    """``preset`` with vLLM's admission gate on or off (``vllm serve
+    --[no-]scheduler-reserve-full-isl``; ``Engine.gate_blocks``): off models the V1
+    releases before it, which admitted a prompt on its first prefill chunk."""
+    if reserve == preset.engine.reserve_full_isl:
+        return preset
+    engine = dataclasses.replace(preset.engine, reserve_full_isl=reserve)
+    return dataclasses.replace(preset, engine=engine)
+
+
 def control_levels(preset: Preset, policy: str) -> FrequencyLevels:
     """Levels a policy controls: the configured KAIROS range for adaptive
     policies; every supported clock for fixed/no-control baselines (so

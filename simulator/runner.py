@@ -220,6 +220,7 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "preset": result.spec.preset.name,
         "num_levels": result.spec.preset.control.num_levels,
         "kv_offload_tokens": result.spec.preset.engine.kv_offload_tokens,
+        "reserve_full_isl": result.spec.preset.engine.reserve_full_isl,
         "arrivals": int(c.get("arrivals", 0)),
         "mean_ongoing_per_instance": c.get("mean_ongoing_per_instance"),
         "mean_usage_tokens_per_instance": c.get("mean_usage_tokens_per_instance"),

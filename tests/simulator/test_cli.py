@@ -114,6 +114,26 @@ def test_kv_offload_gives_the_engines_a_cpu_tier(tmp_path: Path) -> None:
     assert isinstance(out["loaded_tokens"], int)  # the tier's loads are reported
 
 
+def test_no_reserve_full_isl_models_first_chunk_admission(tmp_path: Path) -> None:
+    """``--no-reserve-full-isl`` is ``vllm serve --no-scheduler-reserve-full-isl``:
+    prompts admitted on their first chunk into a full cache are preempted mid-prefill,
+    which vLLM's default gate (on unless told otherwise) keeps queued instead."""
+
+    def run(*flag: str) -> dict[str, object]:
+        res = CliRunner().invoke(
+            build_app(),
+            ["sim", "--workload", f"trace:{DATA / 'claude-code-sample.jsonl'}", "--policy",
+             "no-control", *flag, "--rate", "0.05", "--duration-s", "1800",
+             "--out", str(tmp_path), "--no-plots", "--json"],
+        )  # fmt: skip
+        assert res.exit_code == 0, res.output
+        return dict(json.loads(res.stdout))
+
+    gated, first_chunk = run(), run("--no-reserve-full-isl")
+    assert gated["reserve_full_isl"] is True and first_chunk["reserve_full_isl"] is False
+    assert first_chunk["preemptions"] > gated["preemptions"]
+
+
 def test_bad_input_is_a_clear_error(tmp_path: Path) -> None:
     app = build_app()
     for args, needle in (
