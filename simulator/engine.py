@@ -248,11 +248,13 @@ class Engine:
         hit, load = self.prefix_blocks(head)
         budget = self.params.max_num_batched_tokens - len(self.running)
         chunk = min(head.total - (hit + load) * self._bs, budget)
-        return self.gate_blocks(head, hit, load, chunk) > self.kv.available_blocks - hit
+        _, gate = self.admission_blocks(head, hit, load, chunk)
+        return gate > self.kv.available_blocks - hit
 
-    def gate_blocks(self, seq: _Seq, hit: int, load: int, chunk: int) -> int:
-        """Blocks a waiting ``seq`` needs free (beyond the ``hit`` cached blocks it
-        reuses) to be admitted with a first step of ``chunk`` tokens.
+    def admission_blocks(self, seq: _Seq, hit: int, load: int, chunk: int) -> tuple[int, int]:
+        """``(step, gate)`` for a waiting ``seq`` admitted with a first step of ``chunk``
+        tokens: the blocks that step allocates, and those that must be free (beyond
+        the ``hit`` cached blocks it reuses) to admit it at all.
 
         vLLM's default (``--scheduler-reserve-full-isl``, on in the V1 releases
         this project builds against) admits a waiting or preempted request only if
@@ -263,8 +265,8 @@ class Engine:
         bs = self._bs
         base = (hit + load) * bs if seq.computed == 0 else seq.computed
         owned = hit if seq.computed == 0 else seq.blocks
-        upto = seq.total if self.params.reserve_full_isl else base + chunk
-        return -(-upto // bs) - owned
+        step = -(-(base + chunk) // bs) - owned
+        return step, (-(-seq.total // bs) - owned if self.params.reserve_full_isl else step)
 
     def prefix_blocks(self, seq: _Seq) -> tuple[int, int]:
         """``(hit, load)``: blocks of a waiting ``seq``'s prefix it would reuse if

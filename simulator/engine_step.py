@@ -241,8 +241,8 @@ def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) ->
         hit, load = eng.prefix_blocks(seq)
         base = (hit + load) * bs if seq.computed == 0 else seq.computed
         n = min(seq.total - base, budget)
-        need = -(-(base + n) // bs) - (hit if seq.computed == 0 else seq.blocks)
-        if eng.gate_blocks(seq, hit, load, n) > kv.available_blocks - hit:
+        need, gate = eng.admission_blocks(seq, hit, load, n)
+        if gate > kv.available_blocks - hit:
             break  # stays queued, head of line: nothing is preempted to admit it
         waiting.popleft()
         if seq.computed == 0:

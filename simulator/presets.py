@@ -97,7 +97,7 @@ class EngineParams:
     """Admit a waiting request only if its whole sequence fits the free KV (vLLM's
     default ``--scheduler-reserve-full-isl``); False: only its first prefill chunk,
     as older V1 releases did, so that long prompts admitted into a full cache are
-    preempted mid-prefill (``Engine.gate_blocks``)."""
+    preempted mid-prefill (``Engine.admission_blocks``)."""
     kv_offload_tokens: int = 0
     """Host-memory tier of the prefix cache, in tokens (vLLM's
     ``--kv-offloading-size`` GiB · 2^30 / KV bytes per token; 0: off, vLLM's
@@ -229,7 +229,7 @@ def with_kv_offload(preset: Preset, gib: float, flag: str = "--kv-offload-gib") 
 
 def with_full_isl(preset: Preset, reserve: bool) -> Preset:
     """``preset`` with vLLM's admission gate on or off (``vllm serve
-    --[no-]scheduler-reserve-full-isl``; ``Engine.gate_blocks``): off models the V1
+    --[no-]scheduler-reserve-full-isl``; ``Engine.admission_blocks``): off models the V1
     releases before it, which admitted a prompt on its first prefill chunk."""
     if reserve == preset.engine.reserve_full_isl:
         return preset
