@@ -430,3 +430,44 @@ def start_agent(
             start_new_session=True,
         )
     return AgentProc(popen, err_path)
+
+
+@contextlib.contextmanager
+def agents(router: Router, workdir: Path, count: int, *args: str) -> Iterator[list[AgentProc]]:
+    """``count`` id-tracker agents with stdin gates; killed on any early exit. Their
+    seeds are 5 apart: distinct texts, no shared prefix blocks between agents."""
+    procs: list[AgentProc] = []
+    try:
+        for i in range(count):
+            procs.append(start_agent(router, workdir, *args, env={"AGENT_SEED": str(5 * i)}))
+        yield procs
+    finally:
+        for p in procs:
+            p.kill()
+
+
+def finish_agents(router: Router, procs: list[AgentProc]) -> list[dict[str, Any]]:
+    """Each agent's final report read and its exit awaited, then the router's records of
+    them, in the agents' order."""
+    ids = []
+    for p in procs:
+        while "agent_id" not in (line := p.line()):
+            pass
+        ids.append(line["agent_id"])
+        assert p.wait() == 0
+    recs = wait_for(
+        "every agent's record",
+        lambda: ((r := router.records_by_agent()) and set(ids) <= set(r) and r) or None,
+        timeout_s=30,
+    )
+    return [recs[i] for i in ids]
+
+
+def wait_usage(router: Router, usage_tokens: int) -> None:
+    """Until the router's ``U`` on its one instance equals ``usage_tokens`` (an agent
+    has its last byte a moment before the router accounts the turn)."""
+    wait_for(
+        f"the router's U to equal Σ C_a = {usage_tokens}",
+        lambda: router.instances()[0]["usage_tokens"] == usage_tokens or None,
+        timeout_s=30,
+    )

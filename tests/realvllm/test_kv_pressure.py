@@ -26,17 +26,18 @@ from typing import Any
 import pytest
 
 from tests.realvllm.engine import (
-    AgentProc,
     Router,
     VllmServer,
+    agents,
+    finish_agents,
     free_port,
     running_router,
     spawn,
-    start_agent,
     tool,
     until_conclusive,
     wait_for,
     wait_healthy,
+    wait_usage,
 )
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -46,22 +47,6 @@ BLOCK = 128
 # 800 tokens is 9 blocks each, 27 of the 31 usable, so nothing is preempted while the
 # sampler gets the longest window the cache allows.
 OUT2 = 800
-
-
-@contextlib.contextmanager
-def agents(router: Router, workdir: Path, count: int, *args: str) -> Iterator[list[AgentProc]]:
-    """``count`` id-tracker agents with stdin gates; killed on any early exit."""
-    procs: list[AgentProc] = []
-    try:
-        for i in range(count):
-            p = start_agent(
-                router, workdir, *args, env={"AGENT_SEED": str(5 * i)}
-            )  # distinct texts
-            procs.append(p)
-        yield procs
-    finally:
-        for p in procs:
-            p.kill()
 
 
 @dataclass
@@ -85,13 +70,7 @@ def _usage_try(vllm: VllmServer, workdir: Path, name: str, k: int) -> UsageTry:
         assert all(r == {"ready": 1} for r in ready)
         contexts = [f["usage"]["prompt_tokens"] + f["usage"]["completion_tokens"] for f in first]
         u = sum(contexts)
-        # U = Σ C_a, exact once the router has accounted every first turn (an agent
-        # has its last byte a moment before the router accounts the turn)
-        wait_for(
-            f"the router's U to equal Σ C_a = {u}",
-            lambda: router.instances()[0]["usage_tokens"] == u or None,
-            timeout_s=30,
-        )
+        wait_usage(router, u)  # U = Σ C_a, exact once every first turn is accounted
         vllm.wait_idle()
         for p in procs:
             p.release()
@@ -184,21 +163,9 @@ def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResu
             assert p.line() == {"ready": 0}
         for p in procs:
             p.release()
-        reports = []
-        for p in procs:
-            while "agent_id" not in (line := p.line()):
-                pass
-            reports.append(line)
-            assert p.wait() == 0
+        records = finish_agents(router, procs)
     after = vllm.wait_idle()
     assert before.preemptions_total is not None and after.preemptions_total is not None
-    ids = {r["agent_id"] for r in reports}
-    recs = wait_for(
-        "every agent's record",
-        lambda: ((r := router.records_by_agent()) and ids <= set(r) and r) or None,
-        timeout_s=30,
-    )
-    records = [recs[i] for i in ids]
     return BurstResult(
         preemptions=after.preemptions_total - before.preemptions_total,
         max_running=peak[0],

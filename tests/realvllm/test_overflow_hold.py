@@ -34,16 +34,15 @@ from typing import Any
 import pytest
 
 from tests.realvllm.engine import (
-    AgentProc,
-    Router,
     VllmServer,
     VllmSpec,
+    agents,
+    finish_agents,
     running_router,
     running_vllm,
-    start_agent,
     unavailable_reason,
     until_conclusive,
-    wait_for,
+    wait_usage,
 )
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -95,24 +94,12 @@ class Outgrown:
         return self.preemptions > 0 or self.held_back > 0
 
 
-@contextlib.contextmanager
-def three_agents(router: Router, workdir: Path) -> Iterator[list[AgentProc]]:
-    procs: list[AgentProc] = []
-    try:
-        for i in range(3):  # distinct texts: no shared prefix blocks between agents
-            procs.append(start_agent(router, workdir, *TURNS, env={"AGENT_SEED": str(5 * i)}))
-        yield procs
-    finally:
-        for p in procs:
-            p.kill()
-
-
 def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown:
     before = vllm.wait_idle()
     config = ADMISSION.format(hold="true" if hold else "false")
     with (
         running_router(workdir, vllm.url, config, name=name) as router,
-        three_agents(router, workdir) as procs,
+        agents(router, workdir, 3, *TURNS) as procs,
     ):
         contexts = []
         for p in procs:  # first turns one at a time: each admitted, nothing preempted
@@ -121,28 +108,12 @@ def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown
             first = p.line()["usage"]
             contexts.append(first["prompt_tokens"] + first["completion_tokens"])
             assert p.line() == {"ready": 1}
-        u = sum(contexts)
-        wait_for(
-            f"the router's U to equal Σ C_a = {u}",
-            lambda: router.instances()[0]["usage_tokens"] == u or None,
-            timeout_s=30,
-        )
+        wait_usage(router, sum(contexts))
         for p in procs:
             p.release()
-        ids = []
-        for p in procs:
-            while "agent_id" not in (line := p.line()):
-                pass
-            ids.append(line["agent_id"])
-            assert p.wait() == 0
+        records = finish_agents(router, procs)
         after = vllm.wait_idle()
-        recs = wait_for(
-            "every agent's record",
-            lambda: ((r := router.records_by_agent()) and set(ids) <= set(r) and r) or None,
-            timeout_s=30,
-        )
     assert before.preemptions_total is not None and after.preemptions_total is not None
-    records = [recs[i] for i in ids]
     return Outgrown(
         preemptions=after.preemptions_total - before.preemptions_total,
         held_back=sum(1 for r in records if r["pending_s"] > 0),
