@@ -178,31 +178,24 @@ class FleetAdmission:
         rule = self.reassignment
         if not (rule.enabled and rule.relieve_overflow):
             return None
-        if inst.usage <= inst.engine.capacity_tokens:
+        if not inst.overcommitted:
             return None  # the common case, without building every instance's gate
         return law.overflow_target(
             agent.agent_id,
             inst.name,
             agent.usage_tokens(),
-            self._running_tokens(inst, agent),
+            inst.running_tokens(agent),
             self.gates(t),
             self.rule,
-        )
-
-    @staticmethod
-    def _running_tokens(inst: SimInstance, agent: SimAgent) -> int:
-        """The contexts of the other agents with a request in flight on ``inst``."""
-        return sum(
-            a.usage_tokens() for a in inst.ongoing.values() if a.in_flight and a is not agent
         )
 
     def hold_overflow(self, inst: SimInstance, agent: SimAgent, t: float) -> bool:
         """Point 16 (:func:`controllers.admission.holds_overflow`): the agent's request
         would overflow ``inst`` beside the running ones, so the agent leaves it and
         waits in its hold queue, to be admitted again as a newcomer is."""
-        if inst.usage <= inst.engine.capacity_tokens:
+        if not inst.overcommitted:
             return False  # the common case, as in overflow_target
-        running = self._running_tokens(inst, agent)
+        running = inst.running_tokens(agent)
         if not law.holds_overflow(agent.usage_tokens(), running, self.gate(inst, t), self.rule):
             return False
         inst.leave(agent.agent_id)

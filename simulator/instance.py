@@ -65,6 +65,21 @@ class SimInstance:
     def usage_tokens(self) -> int:
         return self.usage
 
+    @property
+    def overcommitted(self) -> bool:
+        """``U`` past ``U_max``: only then can a request not fit beside the running
+        ones (overflow relief, point 10; holding back, point 16), as the router's
+        ``AdmissionService.overcommitted``."""
+        return self.usage > self.engine.capacity_tokens
+
+    def running_tokens(self, besides: SimAgent) -> int:
+        """The contexts of the agents other than ``besides`` with a request in flight:
+        what a request of ``besides`` must fit beside (the router's
+        ``Ledger.running_tokens``)."""
+        return sum(
+            a.usage_tokens() for a in self.ongoing.values() if a.in_flight and a is not besides
+        )
+
     def load(self, capacity_tokens: int) -> InstanceLoad:
         """The router's view ``U_i``; rebuilt only after :meth:`join`, :meth:`leave`
         or :meth:`completed` changed it (it is read at every request)."""
