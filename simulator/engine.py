@@ -33,6 +33,7 @@ against).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 
 from simulator.energy_truth import EnergyTruth
@@ -121,12 +122,18 @@ class Engine:
         if req.prompt_tokens < 1 or req.output_tokens < 1:
             raise EngineError(f"request {req.request_id}: needs ≥1 prompt and output token")
         self._cut(req.arrival_s)
-        total = req.prompt_tokens + req.output_tokens
-        if total > self.params.max_model_len or total > self.capacity_tokens:
+        limit = min(self.params.max_model_len, self.capacity_tokens)
+        if req.prompt_tokens >= limit:
             self.counters.rejected_requests += 1
-            reason = f"{total} tokens exceed max_model_len/KV capacity"
+            reason = f"{req.prompt_tokens} prompt tokens leave no output token within {limit}"
             self._outbox.append(RequestRejected(req.request_id, req.arrival_s, reason))
             return req.request_id
+        if req.prompt_tokens + req.output_tokens > limit:
+            # vLLM cuts the reply at the model's length (``max_tokens`` is clamped to
+            # ``max_model_len − prompt``, finish reason "length"); it refuses only a
+            # prompt that leaves no room for one output token.
+            req = dataclasses.replace(req, output_tokens=limit - req.prompt_tokens)
+            self.counters.truncated_requests += 1
         self.waiting.append(_Seq(req))
         return req.request_id
 

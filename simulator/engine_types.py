@@ -91,3 +91,5 @@ class EngineCounters:
     evicted_tokens: int = 0
     finished_requests: int = 0
     rejected_requests: int = 0
+    truncated_requests: int = 0
+    """Replies cut at the model's length (``finish_reason`` "length" in vLLM)."""

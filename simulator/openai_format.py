@@ -193,7 +193,10 @@ def usage_obj(prompt: int, completion: int, cached: int | None) -> dict[str, Any
 
 
 def finish_reason(parsed: ParsedPrompt, generated: int) -> str:
-    return "length" if parsed.max_tokens is not None and generated >= parsed.max_tokens else "stop"
+    """ "length" when the reply reached ``max_tokens`` or was cut short of what was
+    asked for, which the engine does only at the model's length (as vLLM does)."""
+    at_max = parsed.max_tokens is not None and generated >= parsed.max_tokens
+    return "length" if at_max or generated < parsed.output_tokens else "stop"
 
 
 def chat_response(

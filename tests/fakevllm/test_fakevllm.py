@@ -111,6 +111,24 @@ async def test_hints_set_sizes(server: tuple[str, FakeVllm], client: Clients) ->
     assert r.choices[0].finish_reason == "stop"
 
 
+async def test_a_reply_past_the_model_length_is_cut_there(
+    server: tuple[str, FakeVllm], client: Clients
+) -> None:
+    # As vLLM (tests/realvllm/test_drop_and_errors.py): max_tokens is clamped to the
+    # room the prompt leaves, and the reply ends with "length" instead of a 400.
+    url, fake = server
+    limit = fake.preset.engine.max_model_len
+    r = await client(url).chat.completions.create(
+        model=DEFAULT_MODEL,
+        messages=[{"role": "user", "content": "x"}],
+        max_tokens=50,
+        extra_body={"vllm_xargs": {"kairos_prompt_tokens": limit - 10}},
+    )
+    assert r.usage is not None
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (limit - 10, 10)
+    assert r.choices[0].finish_reason == "length"
+
+
 async def test_errors_look_like_vllm(server: tuple[str, FakeVllm], client: Clients) -> None:
     url, _ = server
     with pytest.raises(openai.AuthenticationError):

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.realvllm.agents.real_agent import error_cases
+from tests.realvllm.agents.real_agent import MODEL, error_cases
 from tests.realvllm.conftest import SPEC
 from tests.realvllm.engine import (
     Router,
@@ -110,3 +110,23 @@ def test_vllm_errors_reach_the_client_unchanged(
     assert through["too_long"][0] == 400
     assert str(SPEC.max_model_len) in through["too_long"][1]["error"]["message"]
     assert through["unknown_model"][0] == 404
+
+
+def test_a_reply_past_the_model_length_is_cut_there_not_refused(vllm: VllmServer) -> None:
+    # vLLM clamps max_tokens to max_model_len − prompt: a prompt that fits is served
+    # and its reply stops at the model's length. The simulator's engine and the fake
+    # vLLM do the same (tests/simulator/test_engine.py, tests/fakevllm); they used to
+    # refuse such a request as if prompt + max_tokens had to fit.
+    prompt_tokens = SPEC.max_model_len - 20
+    status, body = http(
+        "POST",
+        vllm.url + "/v1/completions",
+        {"model": MODEL, "prompt": [100] * prompt_tokens, "max_tokens": 200, "ignore_eos": True},
+    )
+    assert status == 200, body
+    reply = json.loads(body)
+    assert reply["choices"][0]["finish_reason"] == "length"
+    assert (reply["usage"]["prompt_tokens"], reply["usage"]["completion_tokens"]) == (
+        prompt_tokens,
+        20,
+    )

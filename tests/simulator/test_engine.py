@@ -3,6 +3,7 @@ preemption, prefix reuse, closed-form fast-forward, reproducibility."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -171,6 +172,21 @@ def test_reject_request_longer_than_cache() -> None:
     e.submit(EngineRequest("huge", 2000, 10, 0.0))
     assert isinstance(e.poll_events()[0], RequestRejected)
     assert e.next_event_time() is None
+
+
+def test_a_reply_past_the_model_length_is_cut_there_not_refused() -> None:
+    # vLLM clamps max_tokens to max_model_len − prompt (tests/realvllm checks it):
+    # a prompt that fits runs and stops at the length; one that fills it is refused.
+    params = dataclasses.replace(small_preset(kv_tokens=8192).engine, max_model_len=2048)
+    e = make_engine(dataclasses.replace(small_preset(kv_tokens=8192), engine=params))
+    e.submit(EngineRequest("long", 2000, 300, 0.0))
+    e.submit(EngineRequest("full", 2048, 1, 0.0))
+    events = drain(e)
+    done = [ev for ev in events if isinstance(ev, RequestFinished)]
+    refused = [ev for ev in events if isinstance(ev, RequestRejected)]
+    assert [(d.request_id, d.prompt_tokens, d.output_tokens) for d in done] == [("long", 2000, 48)]
+    assert [r.request_id for r in refused] == ["full"]
+    assert (e.counters.truncated_requests, e.counters.rejected_requests) == (1, 1)
 
 
 def test_abort_releases_blocks() -> None:
