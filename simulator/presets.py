@@ -91,7 +91,9 @@ class EngineParams:
     CUDA graphs ≈ 46 GiB of KV = 31 360 blocks of 16 tokens at 96 KiB per token."""
     block_size: int = 16
     max_num_batched_tokens: int = 8192
-    max_num_seqs: int = 256
+    max_num_seqs: int = 1024
+    """vLLM's defaults for ``vllm serve`` on an H100/H200 (``EngineArgs``: 8192
+    batched tokens, 1024 sequences; 256 sequences on smaller GPUs)."""
     max_model_len: int = 262_144
     reserve_full_isl: bool = True
     """Admit a waiting request only if its whole sequence fits the free KV (vLLM's
