@@ -229,6 +229,8 @@ def result_json(result: SimResult) -> dict[str, Any]:
         "prefill_reused_tokens": int(c.get("prefill_reused_tokens", 0)),
         "loaded_tokens": int(c.get("loaded_tokens", 0)),
         "evicted_tokens": int(c.get("evicted_tokens", 0)),
+        "rejected_requests": int(c.get("rejected_requests", 0)),
+        "truncated_requests": int(c.get("truncated_requests", 0)),
         "reassignments": int(c.get("reassignments", 0)),
         "overflow_moves": int(c.get("overflow_moves", 0)),
         "room_moves": int(c.get("room_moves", 0)),

@@ -112,6 +112,8 @@ def test_kv_offload_gives_the_engines_a_cpu_tier(tmp_path: Path) -> None:
     assert out["policy"] == "kairos"
     assert out["kv_offload_tokens"] == 64 * 2**30 // get_preset().timing.kv_bytes_per_token
     assert isinstance(out["loaded_tokens"], int)  # the tier's loads are reported
+    # requests vLLM would refuse, or cut at the model's length (docs/simulator.md)
+    assert isinstance(out["rejected_requests"], int) and isinstance(out["truncated_requests"], int)
 
 
 def test_no_reserve_full_isl_models_first_chunk_admission(tmp_path: Path) -> None:
