@@ -254,14 +254,14 @@ class Engine:
         head = self.waiting[0]
         hit, load = self.prefix_blocks(head)
         budget = self.params.max_num_batched_tokens - len(self.running)
-        chunk = min(head.total - (hit + load) * self._bs, budget)
-        _, gate = self.admission_blocks(head, hit, load, chunk)
+        _, _, gate = self.admission_blocks(head, hit, load, budget)
         return gate > self.kv.available_blocks - hit
 
-    def admission_blocks(self, seq: _Seq, hit: int, load: int, chunk: int) -> tuple[int, int]:
-        """``(step, gate)`` for a waiting ``seq`` admitted with a first step of ``chunk``
-        tokens: the blocks that step allocates, and those that must be free (beyond
-        the ``hit`` cached blocks it reuses) to admit it at all.
+    def admission_blocks(self, seq: _Seq, hit: int, load: int, budget: int) -> tuple[int, int, int]:
+        """``(chunk, step, gate)`` for a waiting ``seq`` admitted into a step with
+        ``budget`` tokens left: the tokens its first step computes, the blocks that
+        step allocates, and those that must be free (beyond the ``hit`` cached blocks
+        it reuses) to admit it at all.
 
         vLLM's default (``--scheduler-reserve-full-isl``, on in the V1 releases
         this project builds against) admits a waiting or preempted request only if
@@ -272,8 +272,10 @@ class Engine:
         bs = self._bs
         base = (hit + load) * bs if seq.computed == 0 else seq.computed
         owned = hit if seq.computed == 0 else seq.blocks
+        chunk = min(seq.total - base, budget)
         step = -(-(base + chunk) // bs) - owned
-        return step, (-(-seq.total // bs) - owned if self.params.reserve_full_isl else step)
+        gate = -(-seq.total // bs) - owned if self.params.reserve_full_isl else step
+        return chunk, step, gate
 
     def prefix_blocks(self, seq: _Seq) -> tuple[int, int]:
         """``(hit, load)``: blocks of a waiting ``seq``'s prefix it would reuse if

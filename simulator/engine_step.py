@@ -239,9 +239,7 @@ def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) ->
     while waiting and budget > 0 and len(eng.running) < max_seqs:
         seq = waiting[0]
         hit, load = eng.prefix_blocks(seq)
-        base = (hit + load) * bs if seq.computed == 0 else seq.computed
-        n = min(seq.total - base, budget)
-        need, gate = eng.admission_blocks(seq, hit, load, n)
+        n, need, gate = eng.admission_blocks(seq, hit, load, budget)
         if gate > kv.available_blocks - hit:
             break  # stays queued, head of line: nothing is preempted to admit it
         waiting.popleft()

@@ -471,3 +471,14 @@ def wait_usage(router: Router, usage_tokens: int) -> None:
         lambda: router.instances()[0]["usage_tokens"] == usage_tokens or None,
         timeout_s=30,
     )
+
+
+def preemptions_between(before: VllmMetrics, after: VllmMetrics) -> int:
+    """vLLM's own preemption counter between two samples (it must be exported)."""
+    assert before.preemptions_total is not None and after.preemptions_total is not None
+    return after.preemptions_total - before.preemptions_total
+
+
+def held_agents(records: list[dict[str, Any]]) -> int:
+    """How many of these agents' records show time held by the router."""
+    return sum(1 for r in records if r["pending_s"] > 0)

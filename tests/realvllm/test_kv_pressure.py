@@ -31,6 +31,8 @@ from tests.realvllm.engine import (
     agents,
     finish_agents,
     free_port,
+    held_agents,
+    preemptions_between,
     running_router,
     spawn,
     tool,
@@ -165,11 +167,10 @@ def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResu
             p.release()
         records = finish_agents(router, procs)
     after = vllm.wait_idle()
-    assert before.preemptions_total is not None and after.preemptions_total is not None
     return BurstResult(
-        preemptions=after.preemptions_total - before.preemptions_total,
+        preemptions=preemptions_between(before, after),
         max_running=peak[0],
-        held_agents=sum(1 for r in records if r["pending_s"] > 0),
+        held_agents=held_agents(records),
         records=records,
     )
 

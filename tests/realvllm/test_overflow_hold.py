@@ -38,6 +38,8 @@ from tests.realvllm.engine import (
     VllmSpec,
     agents,
     finish_agents,
+    held_agents,
+    preemptions_between,
     running_router,
     running_vllm,
     unavailable_reason,
@@ -113,10 +115,9 @@ def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown
             p.release()
         records = finish_agents(router, procs)
         after = vllm.wait_idle()
-    assert before.preemptions_total is not None and after.preemptions_total is not None
     return Outgrown(
-        preemptions=after.preemptions_total - before.preemptions_total,
-        held_back=sum(1 for r in records if r["pending_s"] > 0),
+        preemptions=preemptions_between(before, after),
+        held_back=held_agents(records),
         contexts=contexts,
         records=records,
     )
