@@ -25,7 +25,7 @@ from simulator.energy_truth import step_rows
 from simulator.engine_state import Seq, Step
 from simulator.engine_types import EngineEvent, FirstToken, Preempted, TokenProgress
 from simulator.errors import EngineError
-from simulator.timing import attention_pairs
+from simulator.timing import StepCost, attention_pairs
 
 if TYPE_CHECKING:
     from simulator.engine import Engine
@@ -75,26 +75,9 @@ def reference_step(eng: Engine) -> Step:
         i += 1
     if not preempted:
         admit_waiting(eng, budget, scheduled)
-    decode_seqs = decode_ctx = prefill = pairs = 0
-    for seq, n in scheduled:
-        if _is_decode(seq, n):
-            decode_seqs += 1
-            decode_ctx += seq.computed
-        else:
-            prefill += n
-            pairs += attention_pairs(n, seq.computed)
     truth = step_rows(scheduled) if eng.truth is not None else None
-    clock = eng.gpu.clock_at(eng.now_s)
-    cost = eng.timing.step(
-        clock,
-        decode_seqs=decode_seqs,
-        decode_context_tokens=decode_ctx,
-        prefill_tokens=prefill,
-        attn_pairs=pairs,
-    )
-    cost = eng.with_load(cost)
+    clock, cost = _price(eng, scheduled, 0, 0)
     end = eng.now_s + cost.time_s
-    eng.counters.prefill_computed_tokens += prefill
     progress = eng.emit_progress
     done: list[Seq] = []
     tokens = 0
@@ -177,26 +160,8 @@ def cohort_step(eng: Engine) -> Step | None:
         if seq_need > 0:
             seq.blocks += seq_need
     admit_waiting(eng, budget - m - used, scheduled)
-    decode_seqs, decode_ctx, prefill, pairs = m, cohort.context(), 0, 0
-    for seq, n in scheduled:
-        if _is_decode(seq, n):
-            decode_seqs += 1
-            decode_ctx += seq.computed
-        else:
-            prefill += n
-            pairs += attention_pairs(n, seq.computed)
-    clock = eng.gpu.clock_at(eng.now_s)
-    cost = eng.timing.step(
-        clock,
-        decode_seqs=decode_seqs,
-        decode_context_tokens=decode_ctx,
-        prefill_tokens=prefill,
-        attn_pairs=pairs,
-    )
-    cost = eng.with_load(cost)
+    clock, cost = _price(eng, scheduled, m, cohort.context())
     end = eng.now_s + cost.time_s
-    counters = eng.counters
-    counters.prefill_computed_tokens += prefill
     done = cohort.advance(1) if m else []
     finished: list[Seq] = []
     events: list[EngineEvent] = []
@@ -214,7 +179,7 @@ def cohort_step(eng: Engine) -> Step | None:
                 finished.append(seq)
             else:
                 cohort.join(seq)
-    counters.generation_tokens += tokens
+    eng.counters.generation_tokens += tokens
     eng.account(clock, cost, 1)
     step = Step(eng.now_s, end, events)
     eng.now_s = end
@@ -223,6 +188,33 @@ def cohort_step(eng: Engine) -> Step | None:
     if done:
         eng.retire(done, end, events)
     return step
+
+
+def _price(
+    eng: Engine, scheduled: list[tuple[Seq, int]], decode_seqs: int, decode_ctx: int
+) -> tuple[int, StepCost]:
+    """The step's clock and cost: ``decode_seqs`` decodes over ``decode_ctx``
+    tokens already counted (the cohort's) plus what ``scheduled`` holds. Both
+    paths price a step here, from the same integer sums, so they give the same
+    floats. Counts the prefill tokens computed."""
+    prefill = pairs = 0
+    for seq, n in scheduled:
+        if _is_decode(seq, n):
+            decode_seqs += 1
+            decode_ctx += seq.computed
+        else:
+            prefill += n
+            pairs += attention_pairs(n, seq.computed)
+    clock = eng.gpu.clock_at(eng.now_s)
+    cost = eng.timing.step(
+        clock,
+        decode_seqs=decode_seqs,
+        decode_context_tokens=decode_ctx,
+        prefill_tokens=prefill,
+        attn_pairs=pairs,
+    )
+    eng.counters.prefill_computed_tokens += prefill
+    return clock, eng.with_load(cost)
 
 
 def _order(seq: Seq) -> int:
