@@ -62,6 +62,7 @@ from router.instances import Instance, InstancePool
 from router.ledger import Agent, Ledger
 from router.metrics import RouterMetrics
 from router.observations import ObservationLog
+from router.token_ratio import BytesPerToken
 
 log = structlog.get_logger("kairos.router.admission")
 
@@ -77,6 +78,7 @@ class AdmissionService:
         clock: Callable[[], float],
         observations: ObservationLog | None = None,
         policy: PlacementPolicy | None = None,
+        body_tokens: BytesPerToken | None = None,
     ) -> None:
         """``policy`` places held agents that move (the router's placement policy)."""
         self.observations = observations or ObservationLog()
@@ -88,6 +90,7 @@ class AdmissionService:
         self.ledger = ledger
         self.controller = controller
         self.settings = settings
+        self.body_tokens = body_tokens or BytesPerToken()
         self.metrics = metrics
         self.clock = clock
         self.queues: dict[str, HoldQueue] = {}
@@ -163,11 +166,13 @@ class AdmissionService:
         return [self.gate(i) for i in self.pool.eligible() if i.name not in exclude]
 
     def estimate_tokens(self, body_bytes: int) -> int:
-        """A newcomer's size from its first request body (≈ 4 bytes a token),
-        bounded by the model's length, else by the largest known KV capacity: a
-        padded body must not size an agent beyond what vLLM would ever hold."""
+        """A newcomer's size from its first request body (bytes a token learned
+        from earlier agents' first requests, :mod:`router.token_ratio`), bounded by
+        the model's length, else by the largest known KV capacity: a padded body
+        must not size an agent beyond what vLLM would ever hold."""
         limit = self.settings.max_model_len_tokens or self.pool.max_capacity_tokens()
-        return new_agent_tokens(body_bytes // 4, self.ledger.placeholder_tokens, limit)
+        tokens = self.body_tokens.tokens(body_bytes)
+        return new_agent_tokens(tokens, self.ledger.placeholder_tokens, limit)
 
     def _rule_admits(self, inst: Instance, agents: Iterable[Agent]) -> tuple[str, ...]:
         agents = list(agents)

@@ -104,8 +104,9 @@ class AdmissionSettings:
     capacity_tokens: int | None = None
     stale_after_s: float | None = None
     max_model_len_tokens: int | None = None
-    """Bound on a newcomer's size estimate (its first body's bytes / 4); unset:
-    the largest known KV capacity."""
+    """Bound on a newcomer's size estimate (its first body's bytes over the bytes
+    a token learned from earlier agents, router/token_ratio.py); unset: the
+    largest known KV capacity."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.requeue_grace_s) and self.requeue_grace_s >= 0.0):

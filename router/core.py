@@ -37,6 +37,7 @@ from router.observations import ObservationLog
 from router.placement_service import PlacementService
 from router.record_watch import RecordWatch
 from router.store import StateStore
+from router.token_ratio import BytesPerToken
 
 log = structlog.get_logger("kairos.router")
 
@@ -62,6 +63,8 @@ class RouterCore:
         for index, spec in enumerate(config.backends):
             self.pool.add(*parse_backend(spec, index))
         self.ledger = Ledger(adm.new_agent_context_tokens, clock)
+        self.body_tokens = BytesPerToken()
+        self.metrics.body_bytes_per_token.set_function(lambda: self.body_tokens.value)
         self.observations = ObservationLog()
         controller = KairosController(
             FrequencyLevels((1,)),
@@ -83,6 +86,7 @@ class RouterCore:
             clock,
             self.observations,
             make_placement_policy(config.placement.policy, config.placement.theta_cons),
+            self.body_tokens,
         )
         self.placement = PlacementService.from_settings(
             config.placement, self.pool, self.ledger, self.metrics, self.admission

@@ -175,6 +175,12 @@ class RouterMetrics:
             buckets=THROUGHPUT_BUCKETS,
             registry=r,
         )
+        self.body_bytes_per_token = Gauge(
+            "kairos_router_body_bytes_per_token",
+            "Request body bytes per prompt token the router sizes requests by, "
+            "learned from agents' first requests (router/token_ratio.py)",
+            registry=r,
+        )
 
     def attach_state(self, snapshot: Callable[[], Iterable[InstanceGauges]]) -> None:
         self.registry.register(StateCollector(snapshot))

@@ -242,8 +242,9 @@ class Proxy:
         agent.in_flight += 1
         agent.last_seen_s = t0
         prefill = PrefillClaim(agent)
+        first = agent.context_tokens is None
         try:
-            if agent.context_tokens is None:
+            if first:
                 # Sized before placement: fleet admission places the newcomer where
                 # its prompt is admitted now (controllers/admission.py), bounded.
                 self._ledger.set_estimate(agent, admission.estimate_tokens(len(body)))
@@ -254,8 +255,8 @@ class Proxy:
             else:
                 held_s = await self._wait_admission(agent, headers)
             self._overhead[route].observe(clock() - t0 - held_s)
-            # ≈ 4 bytes a token, as estimate_tokens; vLLM prefills whatever was sent.
-            prefill.start(len(body) // 4 - (agent.context_tokens or 0))
+            # Learned bytes a token, as estimate_tokens; vLLM prefills whatever was sent.
+            prefill.start(admission.body_tokens.tokens(len(body)) - (agent.context_tokens or 0))
             finished: list[Outcome] = []  # set by the relay once the upstream finished
             try:
                 outcome = await self._forwarder.forward(
@@ -266,9 +267,9 @@ class Proxy:
                 # an SDK that closes on [DONE]: vLLM did the work and holds the
                 # context, so the turn is accounted before the cancellation goes on.
                 if finished:
-                    self._account(agent, route, stream, t0, held_s, len(body), finished[0])
+                    self._account(agent, route, stream, t0, held_s, len(body), first, finished[0])
                 raise
-            self._account(agent, route, stream, t0, held_s, len(body), outcome)
+            self._account(agent, route, stream, t0, held_s, len(body), first, outcome)
         finally:
             prefill.done()
             agent.in_flight -= 1
@@ -352,8 +353,10 @@ class Proxy:
 
     def _account(
         self, agent: Agent, route: str, stream: bool, t0: float, held_s: float,
-        body_len: int, outcome: Outcome,
+        body_len: int, first: bool, outcome: Outcome,
     ) -> None:  # fmt: skip
+        """Account a finished request; an agent's ``first`` request with usage also
+        teaches the router how many bytes a token takes (:mod:`router.token_ratio`)."""
         m = self._metrics
         latency = self._clock() - t0
         m.requests.labels(route, str(outcome.status)).inc()
@@ -363,14 +366,17 @@ class Proxy:
         inst_name = agent.instance or ""
         usage = outcome.usage
         estimated = usage is None or not usage.complete
+        body_tokens = self._admission.body_tokens
         if estimated:
-            prompt = body_len // 4
+            prompt = body_tokens.tokens(body_len)
             completion = outcome.estimated_completion
             m.usage_estimated.labels(inst_name).inc()
         else:
             assert usage is not None
             prompt = usage.prompt_tokens or 0
             completion = usage.completion_tokens or 0
+            if first:
+                body_tokens.observe(body_len, prompt)
         m.tokens.labels(inst_name, "prompt").inc(prompt)
         m.tokens.labels(inst_name, "completion").inc(completion)
         self._ledger.record_completion(

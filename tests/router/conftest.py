@@ -84,6 +84,15 @@ def end_body(router: RunningRouter, token: str, exit_code: int = 0) -> dict[str,
     return {"exit_code": exit_code, "end_key": end_key(agent_id, router.core.agents.secret)}
 
 
+async def end_agent(router: RunningRouter, token: str) -> None:
+    """End the agent of ``token`` as its id-tracker would (must succeed)."""
+    agent_id = token.split(".")[1]
+    status, _ = await control(
+        "POST", f"{router.url}/kairos/v1/agents/{agent_id}/end", end_body(router, token)
+    )
+    assert status == 200
+
+
 def agent_key(token: str, real_key: str | None = "sk-user") -> str:
     from kairos_common.identity import compose_key
 

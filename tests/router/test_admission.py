@@ -23,7 +23,7 @@ from tests.router.conftest import (
     StartRouter,
     agent_key,
     control,
-    end_body,
+    end_agent,
     start_agent,
 )
 
@@ -59,13 +59,6 @@ def _aid(token: str) -> str:
     return token.split(".")[1]
 
 
-async def _end(router: RunningRouter, token: str) -> None:
-    status, _ = await control(
-        "POST", f"{router.url}/kairos/v1/agents/{_aid(token)}/end", end_body(router, token)
-    )
-    assert status == 200
-
-
 async def test_held_agents_released_in_arrival_order(
     make_router: StartRouter, backend: FakeBackend
 ) -> None:
@@ -84,16 +77,16 @@ async def test_held_agents_released_in_arrival_order(
     _, state = await control("GET", router.url + "/kairos/v1/instances/i0/state")
     assert [p.agent_id for p in InstanceState.from_json(state).pending] == adm.queue("i0").order()
 
-    await _end(router, a)  # frees 9504 tokens: head (≈5000 est.) fits, the next would not
+    await end_agent(router, a)  # frees 9504 tokens: head (≈5000 est.) fits, the next would not
     await held["b"][1]
     for name in ("c", "d"):
         assert not held[name][1].done()
     _, c_status = await control("GET", f"{router.url}/kairos/v1/agents/{_aid(held['c'][0])}")
     assert c_status["state"] == "pending" and c_status["queue_position"] == 0
-    await _end(router, held["b"][0])
+    await end_agent(router, held["b"][0])
     await held["c"][1]
     assert not held["d"][1].done()
-    await _end(router, held["c"][0])
+    await end_agent(router, held["c"][0])
     await held["d"][1]
     keys = [r.headers["Authorization"] for r in backend.received]
     assert keys == ["Bearer sk-a", "Bearer sk-b", "Bearer sk-c", "Bearer sk-d"]
@@ -161,8 +154,8 @@ async def test_a_session_whose_held_requests_gave_up_ends_recorded_as_gave_up(
     with pytest.raises(openai.InternalServerError) as err:  # the 503 after max_wait_s
         await _turn(router, held)
     assert err.value.status_code == 503
-    await _end(router, held)
-    await _end(router, ran)
+    await end_agent(router, held)
+    await end_agent(router, ran)
     recs = {r.agent_id: r for r in read_records([records])}
     gave_up, done = recs[_aid(held)], recs[_aid(ran)]
     assert (gave_up.end_reason, gave_up.turns, gave_up.exit_code) == (GAVE_UP, 0, 0)
@@ -200,7 +193,7 @@ async def test_daemon_decisions_versioned_and_never_admit_twice(
     b = await start_agent(router.url)
     b_task = asyncio.create_task(_turn(router, b))
     await adm.wait_until(lambda: _aid(b) in adm.queue("i0"))
-    await _end(router, a)
+    await end_agent(router, a)
     assert _aid(b) in adm.queue("i0")  # fresh daemon: no local admission, wait for its epoch
     status, ack = await control("POST", url, _decision(2, (_aid(b),)))
     assert ack == {"accepted": True, "admitted": [_aid(b)], "reason": ""}
@@ -264,7 +257,7 @@ async def test_stale_daemon_falls_back_to_local_rule(
     b = await start_agent(router.url)
     b_task = asyncio.create_task(_turn(router, b))
     await adm.wait_until(lambda: _aid(b) in adm.queue("i0"))
-    await _end(router, a)
+    await end_agent(router, a)
     adm.pump_all()
     assert _aid(b) in adm.queue("i0")  # daemon still fresh
     clock.advance(6.0)

@@ -20,7 +20,7 @@ from tests.router.conftest import (
     StartRouter,
     agent_key,
     control,
-    end_body,
+    end_agent,
     start_agent,
 )
 
@@ -103,10 +103,7 @@ async def test_held_agent_moves_to_the_instance_that_gets_room(
     b = await start_agent(router.url)
     held = asyncio.create_task(_turn(router, b, BIG))
     await adm.wait_until(lambda: len(adm.queue("i0")) == 1)  # no room anywhere: held
-    status, _ = await control(
-        "POST", f"{router.url}/kairos/v1/agents/{c.split('.')[1]}/end", end_body(router, c)
-    )
-    assert status == 200
+    await end_agent(router, c)
     await asyncio.wait_for(held, 5.0)  # i1 freed: b moved there, i0 never freed
     assert len(backend2.received) == 2 and len(backend.received) == 1
     assert router.core.metrics.admissions.labels("i1", "fleet").value == 1

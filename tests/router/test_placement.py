@@ -10,7 +10,7 @@ from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
     StartRouter,
     control,
-    end_body,
+    end_agent,
     instance_of,
     one_turn,
     start_agent,
@@ -192,10 +192,7 @@ async def test_a_request_that_would_overflow_with_nowhere_to_go_waits_for_room(
     backend.behaviour.gate.set()
     await running
     assert not waiting.done() and len(backend.received) == 6  # 5004 + 5004 > β·U_max
-    status, _ = await control(
-        "POST", f"{router.url}/kairos/v1/agents/{a.split('.')[1]}/end", end_body(router, a)
-    )
-    assert status == 200
+    await end_agent(router, a)
     await asyncio.wait_for(waiting, timeout=30)  # admitted again, on the same instance
     assert len(backend.received) == 7 and instance_of(router, b) == "i0" and agent_b.admitted
     metrics = router.core.metrics.render().decode()
