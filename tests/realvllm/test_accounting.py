@@ -8,6 +8,7 @@ hold exactly the prompt and output tokens vLLM's own counters moved by
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,10 +16,13 @@ from typing import Any
 import pytest
 
 from kairos_common.vllm_metrics import parse_vllm_metrics
+from router.token_ratio import DEFAULT_BYTES_PER_TOKEN, MIN_SAMPLES
 from tests.realvllm.engine import (
+    REPO,
     Router,
     VllmServer,
     get_json,
+    http,
     run_agent,
     running_router,
     wait_for,
@@ -123,3 +127,35 @@ def test_first_streamed_byte_is_the_first_token(
         f"router saw the first byte after {seen['ttft_s']:.3f}s, vLLM's first token "
         f"took {engine_ttft_s:.3f}s: the stream starts before the prefill ends"
     )
+
+
+def test_bytes_a_token_learned_from_the_real_tokenizer(
+    vllm: VllmServer, router: Router, vllm_workdir: Path
+) -> None:
+    """Agents whose first prompt is Python source teach the router how many body
+    bytes a token takes (router/token_ratio.py): its gauge must match what vLLM's
+    own tokenizer made of such a body, not the 4 bytes a token it starts from."""
+    chars = 2000
+    prompts = {
+        run_agent(router, vllm_workdir, "code", str(chars))["usage"]["prompt_tokens"]
+        for _ in range(MIN_SAMPLES)
+    }
+    assert len(prompts) == 1  # the same body each time
+    source = (REPO / "tests/realvllm/agents/real_agent.py").read_text()[:chars]
+    body = {"messages": [{"role": "user", "content": source}], "model": "tiny-llama"}
+    expected = (len(json.dumps(body, separators=(",", ":"))) + len(',"max_tokens":4')) / min(
+        prompts
+    )
+    status, page = http("GET", router.url + "/metrics")
+    assert status == 200
+    line = next(
+        ln
+        for ln in page.decode().splitlines()
+        if ln.startswith("kairos_router_body_bytes_per_token ")
+    )
+    learned = float(line.split()[1])
+    print(
+        f"\n[bytes a token] learned {learned:.3f}, vLLM's tokenizer {expected:.3f} on {chars} chars"
+    )
+    assert abs(learned - expected) < 0.05 * expected
+    assert abs(learned - DEFAULT_BYTES_PER_TOKEN) > 0.5

@@ -11,6 +11,8 @@ usage:
   real_agent.py drop                      one full turn, then a stream it drops after 3
                                           chunks; waits for a stdin line before exiting
   real_agent.py errors MAX_LEN            a too-long prompt and an unknown model
+  real_agent.py code CHARS                one chat request whose prompt is source code:
+                                          the first CHARS characters of this file
 
 Every mode prints JSON lines on stdout (progress, then a final report with the
 agent id id-tracker gave it). ``/v1/messages`` is Anthropic's protocol, which the
@@ -146,6 +148,16 @@ def turns(n: int, first: int, grow: int, outs: list[int], flags: list[str]) -> d
     return {"usages": usages}
 
 
+def code(chars: int) -> dict[str, Any]:
+    """A coding agent's kind of prompt: Python source, as it reads files."""
+    client = openai.OpenAI(max_retries=0)
+    with open(__file__, encoding="utf-8") as f:
+        source = f.read()[:chars]
+    msgs: Any = [{"role": "user", "content": source}]
+    r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=4)
+    return {"usage": usage_dict(r.usage)}
+
+
 def drop() -> dict[str, Any]:
     client = openai.OpenAI(max_retries=0)
     msgs: Any = [{"role": "user", "content": text(20, 2)}]
@@ -202,6 +214,8 @@ def main() -> int:
         report = drop()
     elif mode == "errors":
         report = errors(int(args[0]))
+    elif mode == "code":
+        report = code(int(args[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")
     say({**report, "agent_id": os.environ.get("KAIROS_AGENT_ID")})
