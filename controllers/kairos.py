@@ -4,9 +4,9 @@ The points the paper leaves open are named fields of :class:`KairosConfig`; see
 ``docs/control-law.md`` for the reasoning. The default departs from the paper in
 the fields the policy ``kairos-paper`` turns off (``activity_aware``,
 ``boost_reachable_only``, ``prefill_boost_tokens``, ``busy_floor_mhz``,
-``offload_aware``; points 6, 7, 9, 11 and 13, the last only where the engine has
-a CPU KV tier), and ``busy_ceiling`` (point 12) is an opt-in departure; the open
-points themselves:
+``offload_aware``, ``evictable_after_s``, ``context_window_s``; points 6, 7, 9,
+11, 13, 14 and 17, 13 only where the engine has a CPU KV tier), and
+``busy_ceiling`` (point 12) is an opt-in departure; the open points themselves:
 
 * ``new_agent_context_tokens`` (3000): size of an agent with no completed request
   (the first author's placeholder), unless the caller supplies an estimate from
@@ -27,6 +27,7 @@ points themselves:
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from controllers.admission import (
@@ -110,6 +111,17 @@ class KairosConfig:
     removes. Without a tier nothing changes. False: the tier is ignored (the
     paper, policy ``kairos-paper``)."""
 
+    context_window_s: float | None = 120.0
+    """Eq. 9's level from the working set averaged over the last this many seconds
+    while nothing presses (docs/control-law.md, point 17). A session's context is
+    active for a request and its think gap, then idle for its tool call, so the
+    working set swings epoch by epoch, and the clock with it, while the work per
+    minute stays put; power is convex in the clock, so a steady clock at the mean
+    does that work for less energy. Under pressure (agents held here, ``U ≥
+    γ·U_max``) and at Eq. 8's ``α·U_max`` the epoch's own value stands. Longer than
+    a session's turn (a request, a think gap and a tool call). None: each epoch's
+    own value (the paper, policy ``kairos-paper``)."""
+
     def __post_init__(self) -> None:
         if not 0.0 < self.alpha <= 1.0:
             raise InvalidConfigError(f"alpha must be in (0, 1], got {self.alpha}")
@@ -123,9 +135,10 @@ class KairosConfig:
             raise InvalidConfigError("new_agent_context_tokens must be >= 0")
         if not self.idle_after_s > 0.0:
             raise InvalidConfigError(f"idle_after_s must be > 0, got {self.idle_after_s}")
-        evict_s = self.evictable_after_s
-        if evict_s is not None and not (math.isfinite(evict_s) and evict_s > 0.0):
-            raise InvalidConfigError(f"evictable_after_s must be > 0 or None, got {evict_s}")
+        for name in ("evictable_after_s", "context_window_s"):
+            value = getattr(self, name)
+            if value is not None and not (math.isfinite(value) and value > 0.0):
+                raise InvalidConfigError(f"{name} must be > 0 or None, got {value}")
         if self.busy_floor_mhz is not None and self.busy_floor_mhz < 1:
             raise InvalidConfigError(
                 f"busy_floor_mhz must be >= 1 or None, got {self.busy_floor_mhz}"
@@ -173,6 +186,9 @@ class KairosController:
         self.levels = levels
         self.config = config or KairosConfig()
         self.admission_control = self.config.thrashing_avoidance
+        self._calm: deque[tuple[float, int]] = deque()
+        """``(now_s, working set)`` of the calm epochs within ``context_window_s``."""
+        self._calm_sum = 0
 
     def agent_context(self, agent: AgentView) -> int:
         """``C_a``, or the documented size of an agent without a completed request."""
@@ -268,6 +284,30 @@ class KairosController:
         if self.under_pressure(snapshot, usage):
             return self.resident_usage(snapshot, usage, with_tier=False)
         return self.active_usage(snapshot)
+
+    def level_usage(self, snapshot: InstanceSnapshot, usage: int, working: int) -> int:
+        """The context Eq. 9 reads (docs/control-law.md, point 17): ``working``
+        (:meth:`working_usage`), or, while nothing presses and it is under Eq. 8's
+        ``α·U_max``, its mean over the calm epochs of the last ``context_window_s``.
+
+        Called once per decision: it records the epoch. Samples at or after
+        ``now_s`` (the same instant decided again, or a clock that went back) are
+        replaced by this one.
+        """
+        window = self.config.context_window_s
+        if window is None or self.under_pressure(snapshot, usage):
+            return working
+        now = snapshot.now_s
+        calm = self._calm
+        while calm and now <= calm[-1][0]:
+            self._calm_sum -= calm.pop()[1]
+        calm.append((now, working))
+        self._calm_sum += working
+        while calm[0][0] <= now - window:
+            self._calm_sum -= calm.popleft()[1]
+        if working >= self.config.alpha * snapshot.capacity_tokens:
+            return working
+        return round(self._calm_sum / len(calm))
 
     def offload_tokens(self, snapshot: InstanceSnapshot) -> int:
         """The CPU KV tier this law counts on (0: none, or ``offload_aware`` off, or a
@@ -376,7 +416,7 @@ class KairosController:
         if snapshot.capacity_tokens <= 0:
             raise InvalidSnapshotError(f"U_max must be positive, got {snapshot.capacity_tokens}")
         usage = self.usage(snapshot)
-        working = self.working_usage(snapshot)
+        working = self.level_usage(snapshot, usage, self.working_usage(snapshot))
         level = context_level(working, snapshot.capacity_tokens, self.levels.count, cfg.alpha)
         reason = "context" if level < self.levels.count else "context-high"
         floor = self.busy_floor(snapshot)

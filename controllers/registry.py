@@ -91,13 +91,21 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
                 "busy_floor_mhz": None,
                 "offload_aware": False,
                 "evictable_after_s": None,
+                "context_window_s": None,
             },
         ),
         "kairos-no-ta": PolicySpec(_kairos, kairos_changes={"thrashing_avoidance": False}),
-        # Its own model prices prefill per level (docs/control-law.md, point 9) and
-        # finds the efficient floor (its elasticity rule; point 11).
+        # Its own model prices prefill per level (docs/control-law.md, point 9),
+        # finds the efficient floor (its elasticity rule; point 11) and steps down
+        # only when confident (its damping; KAIROS's level is only its ceiling,
+        # which the window of point 17 left 0.2–0.4 point worse off).
         "predictive": PolicySpec(
-            _predictive, kairos_changes={"prefill_boost_tokens": None, "busy_floor_mhz": None}
+            _predictive,
+            kairos_changes={
+                "prefill_boost_tokens": None,
+                "busy_floor_mhz": None,
+                "context_window_s": None,
+            },
         ),
         "no-control": PolicySpec(_no_control, all_clocks=True),
         "fixed": PolicySpec(_fixed, argument="MHZ", all_clocks=True),

@@ -11,11 +11,11 @@ Time acceleration: the fake vLLM servers run the engine model ``speedup``
 times faster than real time, so the daemons run epochs of ``epoch_s /
 speedup`` real seconds and judge the SLO in real-time units (``slo_tok_s ×
 speedup``), and so are the control law's time windows (``idle_after_s``,
-``pending_grace_s``, ``evictable_after_s``: simulated seconds, as in the
-simulator). Power in watts is unaffected (the simulated energy counter is scaled
-so that energy per real second is the simulated power); per-agent throughput and
-energy per token are converted back to simulated-H100 units by
-:func:`to_simulated_units`.
+``pending_grace_s``, ``evictable_after_s``, ``context_window_s``: simulated
+seconds, as in the simulator). Power in watts is unaffected (the simulated
+energy counter is scaled so that energy per real second is the simulated
+power); per-agent throughput and energy per token are converted back to
+simulated-H100 units by :func:`to_simulated_units`.
 """
 
 from __future__ import annotations
@@ -214,6 +214,7 @@ async def _start_daemon(stack: Stack, i: int) -> None:
     epoch_real_s = cfg.epoch_s / cfg.speedup
     law = KairosConfig()
     evict_s = cfg.evictable_after_s
+    window_s = law.context_window_s
     port = free_port()
     await _spawn(
         stack,
@@ -255,6 +256,9 @@ async def _start_daemon(stack: Stack, i: int) -> None:
             "KAIROSD_KAIROS__PENDING_GRACE_S": str(law.pending_grace_s / cfg.speedup),
             "KAIROSD_KAIROS__EVICTABLE_AFTER_S": (
                 "none" if evict_s is None else str(evict_s / cfg.speedup)
+            ),
+            "KAIROSD_KAIROS__CONTEXT_WINDOW_S": (
+                "none" if window_s is None else str(window_s / cfg.speedup)
             ),
         },
     )

@@ -8,6 +8,7 @@ import math
 import aiohttp
 import pytest
 
+from controllers.kairos import KairosConfig
 from kairos_common.testing import ManualClock
 from kairosd.testing import FakeRouter, ScriptedVllm
 from tests.kairosd.conftest import CLOCKS, ListSink, agent, make_daemon
@@ -26,13 +27,30 @@ def expected_clock(usage: int) -> int:
 async def test_clock_follows_context_law_epoch_by_epoch(
     vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    daemon = await make_daemon(vllm, router, session, clock)
+    daemon = await make_daemon(
+        vllm, router, session, clock, kairos=KairosConfig(context_window_s=None)
+    )
     for usage in (0, 20_000, 40_000, 60_000, 80_000, 10_000):
         router.ongoing = [agent("a", usage // 2), agent("b", usage - usage // 2)]
         await daemon.run_epoch()
         assert vllm.gpus[0].locked_mhz == expected_clock(usage), usage
         clock.advance(5.0)
     assert [mhz for _, mhz in vllm.clock_writes] == [800, 1000, 1200, 1400, 1600, 800]
+
+
+async def test_by_default_the_clock_follows_the_working_set_s_recent_mean(
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """Control-law point 17: the daemon keeps one controller, whose window spans
+    its epochs (5 s here, 120 s window)."""
+    daemon = await make_daemon(vllm, router, session, clock)
+    for usage in (0, 60_000, 0, 60_000):
+        router.ongoing = [agent("a", usage)] if usage else []
+        await daemon.run_epoch()
+        clock.advance(5.0)
+    # Each epoch's own law would swing 800 → 1400 → 800 → 1400; the mean of 0,
+    # 60K, 0 and 60K tokens (30K) sets 1000 MHz.
+    assert vllm.gpus[0].locked_mhz == expected_clock(30_000) == 1000
 
 
 async def test_clock_is_written_only_when_it_changes(
