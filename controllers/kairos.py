@@ -446,4 +446,5 @@ class KairosController:
             min_throughput_tok_s=min_tput,
             reason=reason,
             offload_tokens=self.offload_tokens(snapshot),
+            level_tokens=working,
         )

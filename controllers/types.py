@@ -80,6 +80,10 @@ class ControlDecision:
     offload_tokens: int = 0
     """The snapshot's CPU KV tier, passed on so the router sizes admission by the
     same resident usage (:func:`controllers.admission.resident_tokens`)."""
+    level_tokens: int | None = None
+    """The context Eq. 9 set the level from: the working set, or its recent mean
+    while nothing presses (docs/control-law.md, points 6 and 17). None for
+    policies without Eq. 9 (fixed clocks, no control)."""
 
 
 class Controller(Protocol):

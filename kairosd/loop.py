@@ -144,7 +144,7 @@ class Daemon:
         if snap is not None:
             try:
                 decision = self.controller.decide(snap)
-                self.metrics.observe_report(decision.report)
+                self.metrics.observe_decision(decision)
             except ControllerError as exc:  # e.g. a router bug sent an invalid agent
                 log.error("controller_rejected_snapshot", error=str(exc), epoch=self.epoch)
         if decision is None:

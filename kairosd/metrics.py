@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from controllers.types import ControlDecision
 from kairos_common.views import ModelReport
 from reporting.records import EpochRecord
 
@@ -29,6 +30,10 @@ class DaemonMetrics:
         self.actual_clock = gauge("kairosd_actual_clock_mhz", "Clock the GPU reported")
         self.usage = gauge("kairosd_usage_tokens", "U: context tokens of ongoing agents")
         self.capacity = gauge("kairosd_capacity_tokens", "U_max: KV token capacity")
+        self.level_tokens = gauge(
+            "kairosd_level_tokens",
+            "Context Eq. 9 set the clock from: the working set, or its recent mean while calm",
+        )
         self.offload = gauge(
             "kairosd_offload_tokens",
             "vLLM's CPU KV tier in tokens, as the law counts it (0 = none)",
@@ -120,6 +125,13 @@ class DaemonMetrics:
         self.model_observations.labels(i).set(report.model_observations)
         if report.slo_slack is not None:
             self.slo_slack.labels(i).set(report.slo_slack)
+
+    def observe_decision(self, decision: ControlDecision) -> None:
+        """Export what the controller says about its own decision: a learning
+        controller's report (issue 10) and the context Eq. 9 read (point 17)."""
+        self.observe_report(decision.report)
+        if decision.level_tokens is not None:
+            self.level_tokens.labels(self.instance).set(decision.level_tokens)
 
     def observe_offload(self, offload_tokens: int) -> None:
         self.offload.labels(self.instance).set(offload_tokens)

@@ -49,8 +49,10 @@ async def test_by_default_the_clock_follows_the_working_set_s_recent_mean(
         await daemon.run_epoch()
         clock.advance(5.0)
     # Each epoch's own law would swing 800 → 1400 → 800 → 1400; the mean of 0,
-    # 60K, 0 and 60K tokens (30K) sets 1000 MHz.
+    # 60K, 0 and 60K tokens (30K) sets 1000 MHz, and the daemon says so.
     assert vllm.gpus[0].locked_mhz == expected_clock(30_000) == 1000
+    text = daemon.metrics.render().decode()
+    assert 'kairosd_level_tokens{instance="gpu0"} 30000.0' in text
 
 
 async def test_clock_is_written_only_when_it_changes(
