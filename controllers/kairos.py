@@ -416,8 +416,8 @@ class KairosController:
         if snapshot.capacity_tokens <= 0:
             raise InvalidSnapshotError(f"U_max must be positive, got {snapshot.capacity_tokens}")
         usage = self.usage(snapshot)
-        working = self.level_usage(snapshot, usage, self.working_usage(snapshot))
-        level = context_level(working, snapshot.capacity_tokens, self.levels.count, cfg.alpha)
+        level_tokens = self.level_usage(snapshot, usage, self.working_usage(snapshot))
+        level = context_level(level_tokens, snapshot.capacity_tokens, self.levels.count, cfg.alpha)
         reason = "context" if level < self.levels.count else "context-high"
         floor = self.busy_floor(snapshot)
         if level < floor:
@@ -446,5 +446,5 @@ class KairosController:
             min_throughput_tok_s=min_tput,
             reason=reason,
             offload_tokens=self.offload_tokens(snapshot),
-            level_tokens=working,
+            level_tokens=level_tokens,
         )
