@@ -279,23 +279,29 @@ class KairosController:
         vLLM carries no per-agent activity and is used as is.
         """
         usage = self.usage(snapshot)
+        return self._working(snapshot, usage, self.under_pressure(snapshot, usage))
+
+    def _working(self, snapshot: InstanceSnapshot, usage: int, pressed: bool) -> int:
+        """:meth:`working_usage` from ``U`` and :meth:`under_pressure`, which
+        :meth:`decide` computes once for every rule that asks."""
         if not self.config.activity_aware or snapshot.usage_tokens is not None:
             return usage
-        if self.under_pressure(snapshot, usage):
+        if pressed:
             return self.resident_usage(snapshot, usage, with_tier=False)
         return self.active_usage(snapshot)
 
-    def level_usage(self, snapshot: InstanceSnapshot, usage: int, working: int) -> int:
+    def level_usage(self, snapshot: InstanceSnapshot, working: int, pressed: bool) -> int:
         """The context Eq. 9 reads (docs/control-law.md, point 17): ``working``
         (:meth:`working_usage`), or, while nothing presses and it is under Eq. 8's
         ``α·U_max``, its mean over the calm epochs of the last ``context_window_s``.
+        ``pressed`` is :meth:`under_pressure`.
 
         Called once per decision: it records the epoch. Samples at or after
         ``now_s`` (the same instant decided again, or a clock that went back) are
         replaced by this one.
         """
         window = self.config.context_window_s
-        if window is None or self.under_pressure(snapshot, usage):
+        if window is None or pressed:
             return working
         now = snapshot.now_s
         calm = self._calm
@@ -379,7 +385,7 @@ class KairosController:
             return 1
         return self.levels.level_at_least(floor_mhz)
 
-    def busy_ceiling(self, snapshot: InstanceSnapshot, usage: int) -> bool:
+    def busy_ceiling(self, snapshot: InstanceSnapshot, pressed: bool) -> bool:
         """May Eq. 9's level over long-context work be held down to the busy floor's?
 
         Above the memory knee a decode step whose time is mostly its own KV read
@@ -387,13 +393,13 @@ class KairosController:
         higher levels only buy prefill, which is compute-bound: the ceiling lifts
         while any ongoing agent has prompt tokens waiting for their first output
         (``AgentView.prefill_tokens``; the prefill boost takes the long ones to the
-        top). Under pressure (:meth:`under_pressure`) the paper's law stands, as in
-        :meth:`working_usage`. Eq. 8's top
+        top). Under pressure (``pressed``, :meth:`under_pressure`) the paper's law
+        stands, as in :meth:`working_usage`. Eq. 8's top
         clock and the boosts are never capped (the caller checks the level).
         """
         return (
             (self.config.busy_ceiling or self.offload_tokens(snapshot) > 0)
-            and not self.under_pressure(snapshot, usage)
+            and not pressed
             and not any(a.prefill_tokens > 0 for a in snapshot.ongoing)
         )
 
@@ -416,13 +422,14 @@ class KairosController:
         if snapshot.capacity_tokens <= 0:
             raise InvalidSnapshotError(f"U_max must be positive, got {snapshot.capacity_tokens}")
         usage = self.usage(snapshot)
-        level_tokens = self.level_usage(snapshot, usage, self.working_usage(snapshot))
+        pressed = self.under_pressure(snapshot, usage)
+        level_tokens = self.level_usage(snapshot, self._working(snapshot, usage, pressed), pressed)
         level = context_level(level_tokens, snapshot.capacity_tokens, self.levels.count, cfg.alpha)
         reason = "context" if level < self.levels.count else "context-high"
         floor = self.busy_floor(snapshot)
         if level < floor:
             level, reason = floor, "busy-floor"
-        elif 1 < floor < level < self.levels.count and self.busy_ceiling(snapshot, usage):
+        elif 1 < floor < level < self.levels.count and self.busy_ceiling(snapshot, pressed):
             level, reason = floor, "busy-ceiling"
         if level < self.levels.count and self.prefill_boost(snapshot):
             level, reason = self.levels.count, "prefill"

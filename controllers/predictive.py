@@ -398,10 +398,10 @@ class PredictiveController:
         # Eq. 8's top clock comes from the context KAIROS's level comes from
         # (docs/control-law.md, point 6): idle sessions' contexts count only under
         # pressure (agents held here, or U ≥ γ·U_max).
-        working = self.kairos.working_usage(snapshot)
         context_high = (
             self.config.context_high_top
-            and working >= self.kairos.config.alpha * snapshot.capacity_tokens
+            and self.kairos.working_usage(snapshot)
+            >= self.kairos.config.alpha * snapshot.capacity_tokens
         )
         if base.boost or context_high:
             # KAIROS's safety nets: an agent under τ, or (with context_high_top)
