@@ -315,16 +315,23 @@ class Router:
 
 @contextlib.contextmanager
 def running_router(
-    workdir: Path, backend_url: str, config_toml: str = "", name: str = "router"
+    workdir: Path,
+    backend_url: str,
+    config_toml: str = "",
+    name: str = "router",
+    more_backends: tuple[str, ...] = (),
 ) -> Iterator[Router]:
+    """``kairos-router`` in front of ``backend_url`` (instance ``i0``) and any
+    ``more_backends`` (``i1``, ``i2``, … in order), stopped on every path."""
     port = free_port()
+    urls = (backend_url, *more_backends)
+    backends = [arg for i, url in enumerate(urls) for arg in ("--backend", f"i{i}={url}")]
     config = workdir / f"{name}.toml"
     workdir.mkdir(parents=True, exist_ok=True)
     config.write_text(config_toml)
     records = workdir / f"{name}-agents.jsonl"
     argv = [
-        *tool("kairos-router"), "run", "--backend", f"i0={backend_url}",
-        "--port", str(port), "--config", str(config),
+        *tool("kairos-router"), "run", *backends, "--port", str(port), "--config", str(config),
         "--state-dir", str(workdir / f"{name}-state"), "--records", str(records),
         "--log-json",
     ]  # fmt: skip

@@ -280,7 +280,10 @@ def test_preemptions_no_control_against_kairos_admission(
     # vLLM's preemption counter, a clock decision applied to the simulated GPU.
     assert len(epochs) >= 3
     assert {e["capacity_tokens"] for e in epochs} == {32 * BLOCK}
-    assert all(e["preemptions"] is not None for e in epochs)
+    # vLLM's counter is read at both ends of each epoch. On a busy machine a scrape
+    # can miss kairosd's 0.8 s timeout: that epoch records None (unknown, never 0).
+    known = [e["preemptions"] for e in epochs if e["preemptions"] is not None]
+    assert known and sum(known) <= kairos.preemptions
     assert max(e["ongoing"] for e in epochs) >= 1
     assert all(e["actual_clock_mhz"] for e in epochs)
 
