@@ -228,3 +228,25 @@ def test_think_cap_replays_longer_gaps_in_every_run(capsys: pytest.CaptureFixtur
             main(["--seeds", "1", "--think-cap-s", bad])
         assert exc.value.code == 2
         assert "--think-cap-s" in capsys.readouterr().err
+
+
+def test_attainment_misses_are_put_down_to_holding_only_where_sessions_were_held() -> None:
+    from scripts.results_lib.items_claude import attainment_misses
+
+    def check(failures: list[str], pending_s: float) -> dict[str, Any]:
+        return {"kairos_failures": failures, "kairos_pending_s": pending_s}
+
+    checks = [
+        check(["attainment 3.1 points below"], 1.0),
+        check(["attainment 4.3 points below", "mean pending 67 s"], 67.0),
+        check(["attainment 2.5 points below"], 0.0),
+        check(["saves 8.4% power"], 90.0),
+        check([], 0.0),
+    ]
+    held, clocks = attainment_misses(checks)
+    assert held.startswith("attainment in 1 cell(s): sessions held")
+    assert clocks.startswith("attainment in 2 cell(s) with no session held long")
+    assert attainment_misses([check(["attainment 3.1 points below"], 0.5)])[0].startswith(
+        "attainment in 1 cell(s) with no session held long"
+    )
+    assert attainment_misses(checks[3:]) == []
