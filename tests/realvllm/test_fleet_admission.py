@@ -13,7 +13,10 @@ and γ = 0.45 so that two ~1400-token contexts cannot share one. Agents under
 * C takes its last turn and ends. ``i1`` is empty: B is placed there and served,
   while A still waits on ``i0``, which never had room for B.
 
-vLLM's own ``prompt_tokens`` counters are the judge of where B's request ran. The
+A second test makes room (point 15): idle agents move off one instance so that a
+held one is admitted there, and their next turns run where they moved.
+
+vLLM's own ``prompt_tokens`` counters are the judge of where each request ran. The
 fake-backend twin of this test is ``tests/e2e/test_fleet_admission_e2e.py``; here
 the capacities, the token counts and the contexts are the real engine's. Every wait
 is on an observable event (an agent's line, a process exit, the router's table)
@@ -23,7 +26,9 @@ with a deadline; nothing sleeps.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,32 +104,52 @@ def _ended(agent: AgentProc) -> tuple[list[dict[str, Any]], str]:
     return turns, str(line["agent_id"])
 
 
-def _prompt_tokens(server: VllmServer) -> int:
-    total = server.wait_idle().prompt_tokens_total
-    assert total is not None
-    return total
+def _prompt_tokens(servers: tuple[VllmServer, ...]) -> list[int]:
+    """Each server's ``vllm:prompt_tokens_total`` once it is idle."""
+    totals = [server.wait_idle().prompt_tokens_total for server in servers]
+    assert None not in totals
+    return [int(t or 0) for t in totals]
+
+
+@dataclass
+class Fleet:
+    """``kairos-router`` in front of both servers, and a way to launch agents there
+    that are killed however the test ends."""
+
+    router: Router
+    workdir: Path
+    stack: contextlib.ExitStack
+
+    def launch(self, args: tuple[str, ...], seed: int) -> AgentProc:
+        agent = start_agent(self.router, self.workdir, *args, env={"AGENT_SEED": str(seed)})
+        self.stack.callback(agent.kill)
+        return agent
+
+
+@contextlib.contextmanager
+def _fleet(
+    servers: tuple[VllmServer, VllmServer], workdir: Path, config: str, name: str
+) -> Iterator[Fleet]:
+    first, second = servers
+    with (
+        running_router(
+            workdir, first.url, config, name=name, more_backends=(second.url,)
+        ) as router,
+        contextlib.ExitStack() as stack,
+    ):
+        _until(router, "both capacities from vLLM's /metrics", lambda t: all(
+            t[n]["capacity_tokens"] == CAPACITY_TOKENS for n in ("i0", "i1")))  # fmt: skip
+        yield Fleet(router, workdir, stack)
 
 
 def test_a_held_agent_is_placed_on_the_instance_that_frees_first(
     vllm: VllmServer, second_vllm: VllmServer, vllm_workdir: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:  # fmt: skip
-    before = [_prompt_tokens(vllm), _prompt_tokens(second_vllm)]
-    with (
-        running_router(
-            vllm_workdir, vllm.url, ADMISSION, name="router-fleet",
-            more_backends=(second_vllm.url,),
-        ) as router,
-        contextlib.ExitStack() as stack,
-    ):  # fmt: skip
-        _until(router, "both capacities from vLLM's /metrics", lambda t: all(
-            t[n]["capacity_tokens"] == CAPACITY_TOKENS for n in ("i0", "i1")))  # fmt: skip
-
-        def launch(args: tuple[str, ...], seed: int) -> AgentProc:
-            agent = start_agent(router, vllm_workdir, *args, env={"AGENT_SEED": str(seed)})
-            stack.callback(agent.kill)
-            return agent
-
+    servers = (vllm, second_vllm)
+    before = _prompt_tokens(servers)
+    with _fleet(servers, vllm_workdir, ADMISSION, "router-fleet") as fleet:
+        router, launch = fleet.router, fleet.launch
         a = launch(RESIDENT, 0)
         a_first = _first_turn(a)
         a_context = _context(a_first)
@@ -156,8 +181,7 @@ def test_a_held_agent_is_placed_on_the_instance_that_frees_first(
         status, body = http("GET", router.url + "/metrics")
         moves = [line for line in router.proc.log_path.read_text().splitlines()
                  if "held_agent_moved" in line]  # fmt: skip
-    after = [_prompt_tokens(vllm), _prompt_tokens(second_vllm)]
-    served = [x - y for x, y in zip(after, before, strict=True)]
+    served = [x - y for x, y in zip(_prompt_tokens(servers), before, strict=True)]
     with capsys.disabled():
         print(
             f"\nrealvllm fleet admission: A {a_context} tokens on i0, C {c_context} on i1; "
@@ -175,3 +199,98 @@ def test_a_held_agent_is_placed_on_the_instance_that_frees_first(
     # vLLM's own counters: i0 served A's two prompts and nothing else; B ran on i1.
     assert served[0] == sum(int(t["usage"]["prompt_tokens"]) for t in (a_first, *a_last))
     assert served[1] >= int(b_turns[0]["usage"]["prompt_tokens"])
+
+
+# Making room (point 15): 300 words (~400 tokens) and 200 output tokens, C_a ≈ 600.
+SMALL = ("turns", "2", "300", "10", "200,5", "--wait")
+# ~1,650 tokens: fits an empty instance (β·U_max = 2048), not one beside a 600-token
+# context.
+LARGE = ("turns", "1", "1250", "0", "20")
+ROOM = """
+[admission]
+beta = 0.5
+gamma = 0.45
+
+[placement]
+theta_cons = 0.25
+"""
+
+
+def test_idle_agents_move_to_make_room_for_a_held_one(
+    vllm: VllmServer, second_vllm: VllmServer, vllm_workdir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    """Point 15 against the real engine. θ_cons = 0.25 consolidates A1 and A2 on
+    ``i0`` (~1,200 tokens) and sends C to ``i1``. B (~1,650 tokens) fits beside
+    neither: held. Once agents have been idle for ``idle_after_s`` (10 s), the router
+    moves idle ones off one instance (C to ``i0``, or A1 and A2 to ``i1``: whichever
+    plan exists first, the one of fewest moves if both do) and admits B there. A
+    moved agent's next turn runs on its new instance, from scratch."""
+    servers = (vllm, second_vllm)
+    before = _prompt_tokens(servers)
+    with _fleet(servers, vllm_workdir, ROOM, "router-room") as fleet:
+        router, launch = fleet.router, fleet.launch
+        residents, firsts, homes = [], [], ["i0", "i0", "i1"]
+        for seed, home in zip((0, 5, 10), homes, strict=True):
+            agent = launch(SMALL, seed)
+            firsts.append(_first_turn(agent))
+            residents.append(agent)
+            there = sum(_context(f) for f, h in zip(firsts, homes, strict=False) if h == home)
+            _until(router, f"agent {seed}'s context on {home}",
+                   lambda t, h=home, n=there: t[h]["usage_tokens"] == n)  # fmt: skip
+        contexts = [_context(f) for f in firsts]
+        assert sum(contexts) <= CAPACITY_TOKENS // 2  # all three fit on one instance
+
+        # B is held until idle agents move, nobody having ended. (Not observed held: on
+        # a slow machine the residents may be idle 10 s before B arrives, and room is
+        # made in the pass that holds it. The admission's source says it all.)
+        b_turns, b_id = _ended(launch(LARGE, 20))
+        table = _table(router)
+        assert sum(table[n]["usage_tokens"] for n in ("i0", "i1")) == sum(contexts)
+        assert all(table[n]["pending"] == 0 for n in ("i0", "i1"))
+        ids, lasts = [], []
+        for agent in residents:
+            agent.release()
+            last, agent_id = _ended(agent)
+            ids.append(agent_id)
+            lasts.append(last[0])
+        records = wait_for(
+            "every agent's record",
+            lambda: ((r := router.records_by_agent()) and {*ids, b_id} <= set(r) and r) or None,
+            timeout_s=30,
+        )
+        status, body = http("GET", router.url + "/metrics")
+        moves = {
+            m["agent"]: (m["source"], m["target"])
+            for line in router.proc.log_path.read_text().splitlines()
+            if "agent_moved_for_room" in line and (m := json.loads(line))
+        }
+    served = [x - y for x, y in zip(_prompt_tokens(servers), before, strict=True)]
+    with capsys.disabled():
+        print(
+            f"\nrealvllm making room: contexts {contexts}; B held "
+            f"{records[b_id]['pending_s']:.1f} s, then placed on {records[b_id]['instances']}; "
+            f"moved {sorted(moves.values())}; prompt tokens served by i0 / i1: {served}"
+        )
+    assert moves and len({src for src, _ in moves.values()}) == 1  # off one instance
+    room = next(iter(moves.values()))[0]
+    assert records[b_id]["instances"] == [room]
+    assert f'kairos_router_admissions_total{{instance="{room}",source="room"}} 1.0' in (
+        body.decode()
+    )
+    assert status == 200
+    finals = []
+    for agent_id, home in zip(ids, homes, strict=True):
+        moved = moves.get(agent_id)
+        assert moved is None or moved[0] == home
+        final = moved[1] if moved else home
+        assert records[agent_id]["instances"] == ([home, final] if moved else [home])
+        finals.append(final)
+    # vLLM's own counters: every first turn ran at home, every second turn where its
+    # agent was then, B's where room was made.
+    expected = {"i0": 0, "i1": 0}
+    for first, last, home, final in zip(firsts, lasts, homes, finals, strict=True):
+        expected[home] += int(first["usage"]["prompt_tokens"])
+        expected[final] += int(last["usage"]["prompt_tokens"])
+    expected[room] += int(b_turns[0]["usage"]["prompt_tokens"])
+    assert served == [expected["i0"], expected["i1"]]
