@@ -46,6 +46,7 @@ from router.public_api import PublicApi
 from router.secrets_store import RouterCredentials, load_or_create_secret
 from router.server_limits import LimitedRunner, http_logger
 from router.store import StateStore
+from router.token_count import TokenCountApi
 from router.upstream import UpstreamClient
 
 log = structlog.get_logger("kairos.router")
@@ -178,7 +179,18 @@ def create_app(
         wall_clock=wall_clock,
         watch=core.watch,
     )
+    tokens = TokenCountApi(
+        pool=pool,
+        instance_of=lambda agent_id: a.instance if (a := core.ledger.get(agent_id)) else None,
+        identity=identity,
+        identity_header=config.identity_header,
+        metrics=core.metrics,
+        timeouts=config.timeouts,
+        max_body_bytes=config.max_body_bytes,
+        session=upstream,
+    )
     app.router.add_routes(public.routes())
+    app.router.add_routes(tokens.routes())
     app.router.add_routes(control.routes())
     app.router.add_routes(AdminApi(core, auth).routes())
     health = HealthChecker(pool, core, pump, clock, config.timeouts, upstream)

@@ -68,10 +68,14 @@ class Received:
 
 @dataclass
 class FakeBackend:
-    """OpenAI-compatible fake: chat, completions, responses, messages, models, metrics."""
+    """OpenAI-compatible fake: chat, completions, responses, messages (and their token
+    count), models, metrics."""
 
     behaviour: FakeBehaviour = field(default_factory=FakeBehaviour)
     received: list[Received] = field(default_factory=list)
+    """Inference requests, in arrival order."""
+    counted: list[Received] = field(default_factory=list)
+    """``/v1/messages/count_tokens`` requests (tokenizations, not inference)."""
     record: bool = True
     cancelled: int = 0
     url: str = ""
@@ -85,6 +89,7 @@ class FakeBackend:
         app = web.Application()
         for path in ("/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages"):
             app.router.add_post(path, self._infer)
+        app.router.add_post("/v1/messages/count_tokens", self._count_tokens)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
         app.router.add_get("/metrics", self._metrics)
@@ -141,6 +146,19 @@ class FakeBackend:
                 f'kv_cache_size_tokens="{cap}"}} 1.0',
             ]
         return web.Response(text="\n".join(lines) + "\n", content_type="text/plain")
+
+    async def _count_tokens(self, request: web.Request) -> web.Response:
+        """vLLM's Anthropic token count: ``{"input_tokens": N}``, N as ``_infer``'s."""
+        if (refused := self._unauthorised(request)) is not None:
+            return refused
+        body = await request.json()
+        self.counted.append(Received(request.path, dict(request.headers), body))
+        b = self.behaviour
+        if b.fail_next > 0:
+            b.fail_next -= 1
+            return web.json_response({"error": {"message": "injected"}}, status=b.fail_status)
+        prompt = b.prompt_tokens if b.prompt_tokens is not None else len(json.dumps(body)) // 4
+        return web.json_response({"input_tokens": prompt})
 
     async def _infer(self, request: web.Request) -> web.StreamResponse:
         if (refused := self._unauthorised(request)) is not None:

@@ -39,6 +39,7 @@ ROUTES = [
     ("POST", "/v1/completions"),
     ("POST", "/v1/responses"),
     ("POST", "/v1/messages"),
+    ("POST", "/v1/messages/count_tokens"),
     ("GET", "/v1/models"),
     ("GET", "/health"),
     ("GET", "/metrics"),

@@ -74,6 +74,24 @@ def test_agent_tokens_equal_vllm_counters(
     assert report.get("usage_chunks", 0) == 0
 
 
+def test_claude_codes_token_count_through_the_router(
+    vllm: VllmServer, router: Router, vllm_workdir: Path
+) -> None:
+    """``/v1/messages/count_tokens`` (router/token_count.py) reaches vLLM with the
+    agent's real key and comes back as vLLM answers it; it counts what the
+    ``/v1/messages`` request then takes, and it is no turn of the agent."""
+    report = run_agent(router, vllm_workdir, "count")
+    headers = {"x-api-key": "sk-user-real-key", "anthropic-version": "2023-06-01"}
+    status, direct = http(
+        "POST", vllm.url + "/v1/messages/count_tokens", report["body"], headers=headers
+    )
+    assert status == 200
+    assert report["count"] == json.loads(direct)
+    assert report["count"]["input_tokens"] == report["usage"]["input_tokens"] > 0
+    rec = _record(router, report["agent_id"])
+    assert rec["turns"] == 1 and rec["prompt_tokens"] == report["usage"]["input_tokens"]
+
+
 def test_capacity_from_cache_config_info(vllm: VllmServer, router: Router) -> None:
     text = vllm.metrics_text()
     parsed = parse_vllm_metrics(text)

@@ -13,6 +13,8 @@ usage:
   real_agent.py errors MAX_LEN            a too-long prompt and an unknown model
   real_agent.py code CHARS                one chat request whose prompt is source code:
                                           the first CHARS characters of this file
+  real_agent.py count                     /v1/messages/count_tokens, then /v1/messages
+                                          with the same messages (as Claude Code)
 
 Every mode prints JSON lines on stdout (progress, then a final report with the
 agent id id-tracker gave it). ``/v1/messages`` is Anthropic's protocol, which the
@@ -76,6 +78,20 @@ def _messages(client: httpx.Client, stream: bool) -> dict[str, Any]:
             usage.update((obj.get("message") or {}).get("usage") or {})
             usage.update(obj.get("usage") or {})
     return {"usage": usage, "events": events}
+
+
+def count() -> dict[str, Any]:
+    """Claude Code's token count, then the request it counted, both as Claude Code
+    sends them (Anthropic protocol, ``x-api-key``, through ``ANTHROPIC_BASE_URL``)."""
+    base = os.environ["ANTHROPIC_BASE_URL"].rstrip("/")
+    headers = {"x-api-key": os.environ["ANTHROPIC_API_KEY"], "anthropic-version": "2023-06-01"}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": text(60, 4)}]}
+    with httpx.Client(timeout=60) as http:
+        counted = http.post(f"{base}/v1/messages/count_tokens", json=body, headers=headers)
+        counted.raise_for_status()
+        sent = http.post(f"{base}/v1/messages", json={**body, "max_tokens": 4}, headers=headers)
+        sent.raise_for_status()
+    return {"count": counted.json(), "usage": sent.json().get("usage"), "body": body}
 
 
 def route(name: str, stream: bool) -> dict[str, Any]:
@@ -216,6 +232,8 @@ def main() -> int:
         report = errors(int(args[0]))
     elif mode == "code":
         report = code(int(args[0]))
+    elif mode == "count":
+        report = count()
     else:
         raise SystemExit(f"unknown mode {mode}")
     say({**report, "agent_id": os.environ.get("KAIROS_AGENT_ID")})
