@@ -1,6 +1,6 @@
 """``POST /v1/messages/count_tokens`` (router/token_count.py): passed through to the
 caller's instance with its real key, never held, placed or accounted; errors in
-Anthropic form."""
+Anthropic form. And the ``?beta=true`` query Claude Code adds to both Messages routes."""
 
 from __future__ import annotations
 
@@ -137,3 +137,34 @@ async def test_chat_turns_still_flow_beside_counts(
     assert agent is not None and agent.turns == 1
     assert len(backend.received) == 1 and len(backend.counted) == 2
     assert backend.received[0].body["messages"] == CHAT
+
+
+async def test_the_beta_query_claude_code_adds_is_accepted(
+    router: RunningRouter, backend: FakeBackend
+) -> None:
+    # Claude Code calls the beta Messages API: `POST /v1/messages/count_tokens?beta=true`
+    headers = {"x-api-key": "sk-plain", "anthropic-version": "2023-06-01"}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(router.url + PATH + "?beta=true", json=BODY, headers=headers) as resp,
+    ):
+        assert resp.status == 200
+        assert (await resp.json())["input_tokens"] > 0
+    assert backend.counted[0].path == PATH
+
+
+async def test_claude_codes_beta_messages_turn_is_proxied_and_accounted(
+    router: RunningRouter, backend: FakeBackend
+) -> None:
+    token = await start_agent(router.url)
+    headers = {"x-api-key": agent_key(token, "sk-ant"), "anthropic-version": "2023-06-01"}
+    body = {**BODY, "max_tokens": 8}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(router.url + "/v1/messages?beta=true", json=body, headers=headers) as resp,
+    ):
+        assert resp.status == 200
+        assert (await resp.json())["type"] == "message"
+    agent = router.core.ledger.get(token.split(".")[1])
+    assert agent is not None and agent.turns == 1
+    assert backend.received[0].headers["x-api-key"] == "sk-ant"
