@@ -19,7 +19,6 @@ No retry: vLLM answers it from its tokenizer, and a client counts again if it mu
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import aiohttp
@@ -29,15 +28,13 @@ from aiohttp import web
 from router.config import TimeoutSettings
 from router.errors import (
     BadRequestError,
-    BodyTooLargeError,
     NoBackendError,
-    RequestTimeoutError,
     UpstreamError,
     UpstreamTimeoutError,
 )
 from router.identity_mw import IdentityResolver, upstream_headers
 from router.instances import Instance, InstancePool
-from router.json_body import parse_json
+from router.json_body import parse_json, read_body
 from router.metrics import RouterMetrics
 
 log = structlog.get_logger("kairos.router.token_count")
@@ -83,23 +80,14 @@ class TokenCountApi:
     async def count_tokens(self, request: web.Request) -> web.Response:
         try:
             response = await self._count(request)
-        except web.HTTPException as exc:
-            self._metrics.requests.labels(ROUTE, str(exc.status)).inc()
-            raise
-        except Exception as exc:
+        except Exception as exc:  # RouterError and aiohttp's HTTPException carry a status
             self._metrics.requests.labels(ROUTE, str(getattr(exc, "status", 500))).inc()
             raise
         self._metrics.requests.labels(ROUTE, str(response.status)).inc()
         return response
 
     async def _count(self, request: web.Request) -> web.Response:
-        if request.content_length is not None and request.content_length > self._max_body:
-            raise BodyTooLargeError(f"request body over {self._max_body} bytes")
-        try:
-            async with asyncio.timeout(self._body_read_s):
-                body = await request.read()
-        except TimeoutError as exc:
-            raise RequestTimeoutError("request body not received in time") from exc
+        body = await read_body(request, self._max_body, self._body_read_s)
         obj = await parse_json(body)
         if not isinstance(obj, dict):
             raise BadRequestError("the request body must be a JSON object")

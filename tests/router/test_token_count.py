@@ -168,3 +168,12 @@ async def test_claude_codes_beta_messages_turn_is_proxied_and_accounted(
     agent = router.core.ledger.get(token.split(".")[1])
     assert agent is not None and agent.turns == 1
     assert backend.received[0].headers["x-api-key"] == "sk-ant"
+
+
+async def test_a_body_over_the_limit_is_a_413_and_never_forwarded(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    router = await make_router([backend.url], max_body_bytes=1_024)
+    status, body = await _count(router, "sk-plain", {**BODY, "pad": "x" * 2_000})
+    assert status == 413 and body["type"] == "error"
+    assert backend.counted == [] and _requests(router, "413") == 1
