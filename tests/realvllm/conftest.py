@@ -6,8 +6,8 @@ serves the accounting tests and, under a burst of growing agents, real
 preemptions. Tests that need it are marked ``realvllm``; they skip only on a CPU
 without AVX2, and fail (not skip) when the environment was not built, since
 ``make test`` builds it. ``KAIROS_REALVLLM_URL`` points the tier at a server
-already running with ``SPEC`` instead (to iterate on the tests without waiting
-for vLLM to start each time; see docs/real-engine.md).
+already running with ``SPEC`` and ``VLLM_SERVER_DEV_MODE=1`` instead (to iterate
+on the tests without waiting for vLLM to start each time; see docs/real-engine.md).
 """
 
 from __future__ import annotations

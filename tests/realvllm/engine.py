@@ -217,6 +217,25 @@ class VllmServer:
     def metrics(self) -> VllmMetrics:
         return parse_vllm_metrics(self.metrics_text())
 
+    def pause(self) -> None:
+        """Freeze the engine with its requests in place (``/pause?mode=keep``): no
+        step runs, so a scrape sees the KV cache as the last step left it, however
+        long the scrape takes on a starved machine. Requests that arrive meanwhile
+        queue. Needs the server's dev mode (``vllm_env``)."""
+        self._control("/pause?mode=keep")
+
+    def resume(self) -> None:
+        self._control("/resume")
+
+    def _control(self, path: str) -> None:
+        status, body = http("POST", self.url + path, timeout_s=30.0)
+        if status == 404:
+            raise EngineError(
+                f"vLLM has no {path.split('?')[0]}: start it with VLLM_SERVER_DEV_MODE=1"
+            )
+        if status != 200:
+            raise EngineError(f"vLLM {path} -> {status}: {body[:200]!r}")
+
     def wait_idle(self, timeout_s: float = 60.0) -> VllmMetrics:
         """Metrics once nothing runs or waits and two scrapes' counters agree."""
         last: list[VllmMetrics] = []
@@ -257,6 +276,8 @@ def vllm_env() -> dict[str, str]:
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "OMP_NUM_THREADS": "1",
+        # /pause and /resume (VllmServer.pause): a test server on loopback only
+        "VLLM_SERVER_DEV_MODE": "1",
     }
 
 

@@ -60,6 +60,39 @@ class UsageTry:
     polls: int
 
 
+SAMPLES = 6
+
+
+def _sample_while_all_run(
+    vllm: VllmServer, router: Router, u: int, k: int
+) -> tuple[list[float], int]:
+    """``kv_usage_perc`` at up to ``SAMPLES`` steps at which all ``k`` second turns
+    run, and the scrapes made. Each sample pauses vLLM and resumes it after, so
+    the engine runs only while the sampler waits; it is left paused.
+
+    A scrape showing all k running is one scheduler step's snapshot (vLLM sets both
+    gauges from one SchedulerStats) taken while no step runs: no request had
+    finished, so no stream had ended and the ledger still holds U (checked)."""
+    during: list[float] = []
+    polls = [0]
+
+    def sample() -> bool | None:
+        vllm.pause()
+        polls[0] += 1
+        ledger_u = router.instances()[0]["usage_tokens"]
+        m = vllm.metrics()
+        all_run = ledger_u == u and m.num_running == k and m.kv_usage_frac is not None
+        if all_run:
+            during.append(m.kv_usage_frac or 0.0)
+        if len(during) >= SAMPLES or ledger_u != u or (during and not all_run):
+            return True
+        vllm.resume()
+        return None
+
+    wait_for("the second turns to run", sample, timeout_s=300, every_s=0.2)
+    return during, polls[0]
+
+
 def _usage_try(vllm: VllmServer, workdir: Path, name: str, k: int) -> UsageTry:
     """``k`` agents take a first turn, then a second one together; the second turns
     are sampled while all ``k`` run."""
@@ -74,32 +107,23 @@ def _usage_try(vllm: VllmServer, workdir: Path, name: str, k: int) -> UsageTry:
         u = sum(contexts)
         wait_usage(router, u)  # U = Σ C_a, exact once every first turn is accounted
         vllm.wait_idle()
-        for p in procs:
-            p.release()
-        # Each sample reads the router's U *before* scraping vLLM. A scrape showing all k
-        # running is one scheduler step's snapshot (vLLM sets both gauges from one
-        # SchedulerStats): no request had finished yet, so no stream had ended and the
-        # ledger still held the U read just before. Reading the router after the scrape
-        # instead can land after every turn ended on a busy machine (a valid scrape
-        # rejected, nothing left to compare).
-        during: list[float] = []
-        polls = [0]
-
-        def sample() -> bool | None:
-            polls[0] += 1
-            ledger_u = router.instances()[0]["usage_tokens"]
-            m = vllm.metrics()
-            if ledger_u == u and m.num_running == k and m.kv_usage_frac is not None:
-                during.append(m.kv_usage_frac)
-                return None
-            return True if ledger_u != u or (during and (m.num_running or 0) < k) else None
-
-        wait_for("the second turns to run and finish", sample, timeout_s=300, every_s=0.02)
+        # vLLM is frozen (pause, mode keep) for every sample: the scrape reads the KV
+        # cache of one scheduler step however long it takes, and between samples the
+        # engine runs only while the sampler sleeps. The turns queue until the first
+        # resume, so no window closes before it is seen, on any machine (a scrape
+        # while vLLM decodes can take longer than the 800 tokens do).
+        vllm.pause()
+        try:
+            for p in procs:
+                p.release()
+            during, polls = _sample_while_all_run(vllm, router, u, k)
+        finally:
+            vllm.resume()
         second = [p.line() for p in procs]
         for p in procs:
             assert p.wait() == 0
     prompts2 = [s["usage"]["prompt_tokens"] for s in second]
-    return UsageTry(u, contexts, prompts2, during, polls[0])
+    return UsageTry(u, contexts, prompts2, during, polls)
 
 
 def test_ledger_usage_against_vllm_kv_usage(
@@ -108,9 +132,9 @@ def test_ledger_usage_against_vllm_kv_usage(
     k = 3
     capacity = vllm.metrics().capacity_tokens  # static: read before the sampled window
     assert capacity is not None
-    # The second turns last a few seconds and a scrape of vLLM's /metrics while it
-    # decodes can take most of a second: on a starved machine every scrape may miss
-    # the window. Such a try compares nothing and is run again (bounded).
+    # Sampled with vLLM paused, a try sees every second turn running unless the
+    # engine ran all 800 steps during one sampler wait. Such a try compares nothing
+    # and is run again (bounded).
     tries = until_conclusive(
         lambda i: _usage_try(vllm, vllm_workdir, f"router-usage-{i}", k), lambda t: bool(t.during)
     )
