@@ -9,7 +9,8 @@ usage:
                                           "ready" line and read a stdin line before the first
                                           / every later turn (AGENT_SEED varies the text)
   real_agent.py drop                      one full turn, then a stream it drops after 3
-                                          chunks; waits for a stdin line before exiting
+                                          chunks; waits for a stdin line before the drop
+                                          and another before exiting
   real_agent.py errors MAX_LEN            a too-long prompt and an unknown model
   real_agent.py code CHARS                one chat request whose prompt is source code:
                                           the first CHARS characters of this file
@@ -189,6 +190,8 @@ def drop() -> dict[str, Any]:
     for seen, _chunk in enumerate(stream, start=1):
         if seen >= 3:
             break
+    say({"read": 3})
+    sys.stdin.readline()  # the test freezes vLLM before the drop
     stream.close()  # the client walks away mid-stream
     say({"dropped": True})
     sys.stdin.readline()
