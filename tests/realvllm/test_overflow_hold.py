@@ -19,7 +19,9 @@ first turns' cached blocks would otherwise decide the outcome).
   router instead (``admission.hold_overflow``), and nothing is preempted.
 
 vLLM's own ``num_preemptions`` counter is the judge. Agents are synchronised by
-their own output lines and stdin, never by sleeps.
+their own output lines and stdin, never by sleeps, and vLLM is paused
+(``/pause?mode=keep``) until the router has all three second turns, so they meet
+in the engine however slow the machine.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from tests.realvllm.engine import (
     running_router,
     running_vllm,
     unavailable_reason,
-    until_conclusive,
+    wait_for,
     wait_usage,
 )
 
@@ -89,12 +91,6 @@ class Outgrown:
     contexts: list[int]
     records: list[dict[str, Any]]
 
-    @property
-    def overlapped(self) -> bool:
-        """Did the three second turns meet? (On a starved machine one may have ended
-        before the last was sent: then neither run can preempt or hold.)"""
-        return self.preemptions > 0 or self.held_back > 0
-
 
 def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown:
     before = vllm.wait_idle()
@@ -103,16 +99,29 @@ def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown
         running_router(workdir, vllm.url, config, name=name) as router,
         agents(router, workdir, 3, *TURNS) as procs,
     ):
-        contexts = []
+        contexts, ids = [], []
         for p in procs:  # first turns one at a time: each admitted, nothing preempted
             assert p.line() == {"ready": 0}
             p.release()
-            first = p.line()["usage"]
-            contexts.append(first["prompt_tokens"] + first["completion_tokens"])
+            first = p.line()
+            contexts.append(first["usage"]["prompt_tokens"] + first["usage"]["completion_tokens"])
+            ids.append(first["agent"])
             assert p.line() == {"ready": 1}
         wait_usage(router, sum(contexts))
-        for p in procs:
-            p.release()
+        # The second turns meet in vLLM on any machine: it is paused until the router
+        # has all three (forwarded, or held back), so none can end before the last
+        # is sent.
+        vllm.pause()
+        try:
+            for p in procs:
+                p.release()
+            wait_for(
+                "the router to have every second turn",
+                lambda: all(router.agent(i)["in_flight"] for i in ids) or None,
+                timeout_s=60,
+            )
+        finally:
+            vllm.resume()
         records = finish_agents(router, procs)
         after = vllm.wait_idle()
     return Outgrown(
@@ -123,23 +132,15 @@ def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown
     )
 
 
-def _until_overlapped(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown:
-    return until_conclusive(
-        lambda i: _outgrow(vllm, workdir, hold, f"{name}-{i}"), lambda r: r.overlapped
-    )[-1]
-
-
 def test_outgrown_contexts_against_vllm_gate_and_the_hold_back(
     vllm_workdir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # One server at a time: each holds its own KV cache and CPU threads.
     with _server(vllm_workdir, FULL_ISL, "vllm-full-isl") as vllm:
-        # Not made conclusive: a try whose second turns never met preempts nothing,
-        # which the comparison below allows.
         gated = _outgrow(vllm, vllm_workdir, False, "router-full-isl")
     with _server(vllm_workdir, FIRST_CHUNK, "vllm-first-chunk") as vllm:
-        free = _until_overlapped(vllm, vllm_workdir, False, "router-nohold")
-        held = _until_overlapped(vllm, vllm_workdir, True, "router-hold")
+        free = _outgrow(vllm, vllm_workdir, False, "router-nohold")
+        held = _outgrow(vllm, vllm_workdir, True, "router-hold")
     with capsys.disabled():
         print(
             f"\nrealvllm outgrown contexts {free.contexts} on a 4096-token cache: "

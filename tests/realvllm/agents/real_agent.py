@@ -161,7 +161,7 @@ def turns(n: int, first: int, grow: int, outs: list[int], flags: list[str]) -> d
                 usage = usage_dict(chunk.usage)
         history.append({"role": "assistant", "content": "".join(reply)})
         usages.append(usage)
-        say({"turn": k, "usage": usage})
+        say({"turn": k, "usage": usage, "agent": os.environ.get("KAIROS_AGENT_ID")})
     return {"usages": usages}
 
 
