@@ -9,8 +9,9 @@
   process, ``KAIROSD_SIM_GPU_URL``). vLLM's own ``num_preemptions`` counter is
   the judge.
 
-Agents are synchronised by their own output lines and stdin (never by sleeps), so
-the outcome does not depend on how fast the machine decodes.
+Agents are synchronised by their own output lines and stdin (never by sleeps), and
+vLLM is paused (``/pause?mode=keep``) while the test reads it or gathers a burst,
+so the outcome does not depend on how fast the machine decodes.
 """
 
 from __future__ import annotations
@@ -187,8 +188,19 @@ def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResu
     ):
         for p in procs:
             assert p.line() == {"ready": 0}
-        for p in procs:
-            p.release()
+        # The first turns meet in vLLM on any machine: it is paused until the router
+        # has every agent (admitted or held), so none can end before the last is sent.
+        vllm.pause()
+        try:
+            for p in procs:
+                p.release()
+            wait_for(
+                "the router to have every first turn",
+                lambda: _arrived(router) >= n or None,
+                timeout_s=60,
+            )
+        finally:
+            vllm.resume()
         records = finish_agents(router, procs)
     after = vllm.wait_idle()
     return BurstResult(
@@ -197,6 +209,12 @@ def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResu
         held_agents=held_agents(records),
         records=records,
     )
+
+
+def _arrived(router: Router) -> int:
+    """Agents whose first request the router has: admitted (ongoing) or held."""
+    inst = router.instances()[0]
+    return int(inst["ongoing"]) + int(inst["pending"])
 
 
 @contextlib.contextmanager
