@@ -227,6 +227,15 @@ class VllmServer:
     def resume(self) -> None:
         self._control("/resume")
 
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """The body runs with vLLM paused (``pause``), resumed on every path."""
+        self.pause()
+        try:
+            yield
+        finally:
+            self.resume()
+
     def _control(self, path: str) -> None:
         status, body = http("POST", self.url + path, timeout_s=30.0)
         if status == 404:

@@ -47,8 +47,7 @@ def _drop_once(
         # vLLM is frozen from the agent's third chunk until the router has let the
         # request go, so however slowly the agent and the router run, the drop
         # reaches vLLM long before the 1,900 tokens are out
-        vllm.pause()
-        try:
+        with vllm.paused():
             proc.release()
             assert proc.line() == {"dropped": True}
             status = wait_for(
@@ -56,8 +55,6 @@ def _drop_once(
                 lambda: ((a := router.agent(agent_id))["in_flight"] == 0 and a) or None,
                 timeout_s=30,
             )
-        finally:
-            vllm.resume()
         after = vllm.wait_idle(timeout_s=60)  # running returns to 0
         generated = (after.generation_tokens_total or 0) - (before.generation_tokens_total or 0)
         inst = router.instances()[0]

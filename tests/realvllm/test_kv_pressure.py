@@ -113,13 +113,10 @@ def _usage_try(vllm: VllmServer, workdir: Path, name: str, k: int) -> UsageTry:
         # engine runs only while the sampler sleeps. The turns queue until the first
         # resume, so no window closes before it is seen, on any machine (a scrape
         # while vLLM decodes can take longer than the 800 tokens do).
-        vllm.pause()
-        try:
+        with vllm.paused():
             for p in procs:
                 p.release()
             during, polls = _sample_while_all_run(vllm, router, u, k)
-        finally:
-            vllm.resume()
         second = [p.line() for p in procs]
         for p in procs:
             assert p.wait() == 0
@@ -190,8 +187,7 @@ def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResu
             assert p.line() == {"ready": 0}
         # The first turns meet in vLLM on any machine: it is paused until the router
         # has every agent (admitted or held), so none can end before the last is sent.
-        vllm.pause()
-        try:
+        with vllm.paused():
             for p in procs:
                 p.release()
             wait_for(
@@ -199,8 +195,6 @@ def _burst(vllm: VllmServer, router: Router, workdir: Path, n: int) -> BurstResu
                 lambda: _arrived(router) >= n or None,
                 timeout_s=60,
             )
-        finally:
-            vllm.resume()
         records = finish_agents(router, procs)
     after = vllm.wait_idle()
     return BurstResult(

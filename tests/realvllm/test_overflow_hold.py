@@ -111,8 +111,7 @@ def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown
         # The second turns meet in vLLM on any machine: it is paused until the router
         # has all three (forwarded, or held back), so none can end before the last
         # is sent.
-        vllm.pause()
-        try:
+        with vllm.paused():
             for p in procs:
                 p.release()
             wait_for(
@@ -120,8 +119,6 @@ def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown
                 lambda: all(router.agent(i)["in_flight"] for i in ids) or None,
                 timeout_s=60,
             )
-        finally:
-            vllm.resume()
         records = finish_agents(router, procs)
         after = vllm.wait_idle()
     return Outgrown(
