@@ -42,8 +42,8 @@ from controllers.placement import InstanceLoad, LeastContext, PlacementPolicy, P
 class AdmissionRule:
     """Eq. 13's thresholds; built from :class:`~controllers.kairos.KairosConfig`."""
 
-    beta: float = 0.95
-    gamma: float = 0.90
+    beta: float = 0.98
+    gamma: float = 0.95
     enabled: bool = True
     """False: no thrashing avoidance, every agent is admitted at once."""
     admit_within_beta: bool = True

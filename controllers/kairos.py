@@ -43,11 +43,18 @@ from controllers.types import AgentView, ControlDecision, InstanceSnapshot
 
 @dataclass(frozen=True, slots=True)
 class KairosConfig:
-    """Constants of Algorithm 1 with the paper's defaults (§6.2)."""
+    """Constants of Algorithm 1 with the paper's defaults (§6.2), except where noted."""
 
     alpha: float = 0.75
-    beta: float = 0.95
-    gamma: float = 0.90
+    beta: float = 0.98
+    """Eq. 13's bound on admitting (the paper's 0.95, policy ``kairos-paper``). The
+    paper's headroom under ``U_max`` was all that stood between admitted contexts
+    growing and vLLM preempting; the hold-back of ``hold_overflow`` (point 16) now
+    catches that growth per request, so admission keeps less (docs/control-law.md,
+    point 18)."""
+    gamma: float = 0.95
+    """Eq. 13's stop (the paper's 0.90, policy ``kairos-paper``); also where context
+    pressure starts (point 6). See ``beta``."""
     slo_tok_s: float = 20.0
     slo_boost: bool = True
     thrashing_avoidance: bool = True

@@ -92,6 +92,8 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
                 "offload_aware": False,
                 "evictable_after_s": None,
                 "context_window_s": None,
+                "beta": 0.95,
+                "gamma": 0.90,
             },
         ),
         "kairos-no-ta": PolicySpec(_kairos, kairos_changes={"thrashing_avoidance": False}),

@@ -84,8 +84,11 @@ class AdmissionSettings:
     """Hold queue bounds and the local fallback's thresholds (Eq. 13)."""
 
     enabled: bool = True
-    beta: float = 0.95
-    gamma: float = 0.90
+    beta: float = 0.98
+    gamma: float = 0.95
+    """Eq. 13's thresholds for fleet admission: the default ``kairos``'s
+    (docs/control-law.md, point 18); a fleet of ``kairos-paper`` daemons takes the
+    paper's 0.95 and 0.90."""
     new_agent_context_tokens: int = 3000
     admit_within_beta: bool = True
     make_room: bool = True

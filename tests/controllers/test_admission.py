@@ -54,7 +54,7 @@ def test_consolidation_stays_when_the_lowest_instance_has_room() -> None:
 
 
 def test_newcomer_is_held_only_when_no_instance_has_room() -> None:
-    gates = [gate("g0", 0, 92_000), gate("g1", 1, 91_000, held=1), gate("g2", 2, 93_000)]
+    gates = [gate("g0", 0, 96_000), gate("g1", 1, 95_500, held=1), gate("g2", 2, 97_000)]
     choice = place(Consolidating(), PlacementRequest("x", 0, 3_000), gates, RULE)
     assert not choice.admit_now
     assert choice.instance == "g1"  # Algorithm 2's spread rule: least U_i
@@ -170,7 +170,7 @@ def test_pressure_brings_back_the_paper_law() -> None:
     # Agents held here (the fleet is full) or U ≥ γ·U_max: contexts must drain.
     held = snapshot(IDLE, pending=(AgentView("p", 99.0, estimated_context_tokens=40_000),))
     assert KairosController(LEVELS).decide(held).level == paper_level(held) == 4
-    full = snapshot((*IDLE, view("c", 21_000, False, 80.0)))  # 91K ≥ γ·U_max
+    full = snapshot((*IDLE, view("c", 26_000, False, 80.0)))  # 96K ≥ γ·U_max
     assert KairosController(LEVELS).decide(full).level == paper_level(full) == LEVELS.count
 
 

@@ -12,6 +12,8 @@ from controllers import (
     InvalidSnapshotError,
     KairosConfig,
     KairosController,
+    kairos_config_for,
+    make_controller,
 )
 from controllers.kairos import context_level
 
@@ -160,10 +162,20 @@ def test_empty_instance_admits_an_agent_larger_than_beta() -> None:
 
 
 def test_defer_flag_above_beta() -> None:
-    d = KairosController(LEVELS).decide(snap(ongoing=(agent("o", 96_000),)))
+    d = KairosController(LEVELS).decide(snap(ongoing=(agent("o", 99_000),)))
     assert d.defer_admissions and d.admit == ()
-    d2 = KairosController(LEVELS).decide(snap(ongoing=(agent("o", 95_000),)))
+    d2 = KairosController(LEVELS).decide(snap(ongoing=(agent("o", 98_000),)))
     assert not d2.defer_admissions
+
+
+def test_default_admits_closer_to_full_than_the_paper() -> None:
+    # β, γ = 0.98, 0.95 (docs/control-law.md, point 18) against the paper's 0.95, 0.90:
+    # at U = 91K of 100K a 3K newcomer is admitted by ``kairos``, held by ``kairos-paper``.
+    s = snap(ongoing=(agent("o", 91_000),), pending=(agent("n", est=3_000),))
+    assert KairosController(LEVELS).decide(s).admit == ("n",)
+    assert make_controller("kairos-paper", LEVELS).decide(s).admit == ()
+    paper = kairos_config_for("kairos-paper")
+    assert (paper.beta, paper.gamma) == (0.95, 0.90)
 
 
 def test_without_thrashing_avoidance_everyone_is_admitted() -> None:

@@ -56,9 +56,9 @@ def test_held_agents_or_a_full_cache_keep_the_paper_law() -> None:
     held = AgentView("h", NOW - 5.0, estimated_context_tokens=30_000)  # within the grace
     d = KairosController(LEVELS, CFG).decide(_snap(_active("a", 140_000), pending=(held,)))
     assert d.level > 3 and d.reason.startswith("context")
-    # α = 1 keeps Eq. 9 under the top while U ≥ γ·U_max (185K ≥ 180K): no ceiling.
+    # α = 1 keeps Eq. 9 under the top while U ≥ γ·U_max (192K ≥ 190K): no ceiling.
     full = dataclasses.replace(CFG, alpha=1.0)
-    d = KairosController(LEVELS, full).decide(_snap(_active("a", 185_000)))
+    d = KairosController(LEVELS, full).decide(_snap(_active("a", 192_000)))
     assert d.level == 4 and d.reason == "context"
 
 

@@ -30,13 +30,13 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 def _run(
     tmp_path_factory: pytest.TempPathFactory, tier_gib: float, evictable_after_s: float | None
 ) -> PolicyResult:
-    # 3 × 12.6K tokens on a 40K-token cache (γ·U_max = 36K), then a 300 s tool call
+    # 3 × 12.9K tokens on a 40K-token cache (γ·U_max = 38K), then a 300 s tool call
     # each; an 8K-token newcomer arrives 150 s in, when they have been idle for
     # longer than the law's 10 s and, by about 100 s, its 60 s eviction window
     # (simulated, as the stack scales them; launching an agent process costs up to
     # 2 real seconds, 40 simulated, hence the margins).
     arrivals = [
-        (20.0 + i, agent_program(f"long-{i}", 12_500, 500, 2, 300.0, output=100)) for i in range(3)
+        (20.0 + i, agent_program(f"long-{i}", 12_800, 500, 2, 300.0, output=100)) for i in range(3)
     ]
     arrivals.append((150.0, agent_program("newcomer", 8_000, 500, 2, 3.0, output=100)))
     cfg = DemoConfig(

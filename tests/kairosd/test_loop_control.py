@@ -107,11 +107,11 @@ async def test_admission_decisions_reach_the_router_in_order(
     router.ongoing = [agent("old", 50_000)]
     router.pending = [
         agent("p1", 20_000, tput=None, arrival=clock() - 3),
-        agent("p2", 20_000, tput=None, arrival=clock() - 2),
+        agent("p2", 25_000, tput=None, arrival=clock() - 2),
         agent("p3", 1_000, tput=None, arrival=clock() - 1),
     ]
     decision = await daemon.run_epoch()
-    # U=50k → 70k → 90k: admission stops once U reaches γ·U_max, in arrival order.
+    # U=50k → 70k → 95k: admission stops once U reaches γ·U_max, in arrival order.
     assert router.decisions[-1].admit == ("p1", "p2")
     assert router.acks[-1].admitted == ("p1", "p2")
     assert [a.agent_id for a in router.pending] == ["p3"]

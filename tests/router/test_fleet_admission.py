@@ -79,11 +79,11 @@ async def _newcomer_runs_at_once(
 async def test_newcomer_goes_where_it_is_admitted_now(
     make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
 ) -> None:
-    router = await _two(make_router, backend, backend2, prompt_tokens=4_500)
+    router = await _two(make_router, backend, backend2, prompt_tokens=4_900)
     a = await start_agent(router.url)
-    await _turn(router, a, CHAT)  # i0 holds 4.5K: under θ·U_max, Algorithm 2 would pick it
+    await _turn(router, a, CHAT)  # i0 holds 4.9K: under θ·U_max, Algorithm 2 would pick it
     b = await start_agent(router.url)
-    await _turn(router, b, BIG)  # 4.5K + 5K > β·U_max on i0: admitted at once on i1
+    await _turn(router, b, BIG)  # 4.9K + 5K > β·U_max on i0: admitted at once on i1
     assert len(backend2.received) == 1
     assert router.core.admission.queue("i0").order() == []
     _, status = await control("GET", f"{router.url}/kairos/v1/agents/{b.split('.')[1]}")
