@@ -217,11 +217,21 @@ class InstanceGate:
     evictable_tokens: int = 0
     """The contexts of agents away past the eviction window (:func:`evictable_tokens`),
     which overflow relief counts as room."""
+    thresholds: tuple[float, float] | None = None
+    """Eq. 13's ``(β, γ)`` of the instance's own daemon while it is fresh (its
+    policy's: the paper's under ``kairos-paper``); None: the fleet rule's."""
 
     @property
     def admission_usage_tokens(self) -> int:
         """The ``U`` Eq. 13 admits against here."""
         return self.load.usage_tokens if self.resident_tokens is None else self.resident_tokens
+
+    def rule_here(self, rule: AdmissionRule) -> AdmissionRule:
+        """``rule`` with this instance's own thresholds, where its daemon sent them."""
+        if self.thresholds is None or self.thresholds == (rule.beta, rule.gamma):
+            return rule
+        beta, gamma = self.thresholds
+        return dataclasses.replace(rule, beta=beta, gamma=gamma)
 
 
 def admits_now(gate: InstanceGate, context_tokens: int, rule: AdmissionRule) -> bool:
@@ -231,7 +241,8 @@ def admits_now(gate: InstanceGate, context_tokens: int, rule: AdmissionRule) -> 
         return True  # (an agent that brings no context adds nothing to U: nothing to wait for)
     if gate.defer or gate.held > 0:
         return False
-    admitted, _ = admit_in_order(((".", context_tokens),), gate.admission_usage_tokens, cap, rule)
+    here = gate.rule_here(rule)
+    admitted, _ = admit_in_order(((".", context_tokens),), gate.admission_usage_tokens, cap, here)
     return bool(admitted)
 
 
@@ -362,7 +373,7 @@ def overflow_target(
             ((agent_id, context_tokens),),
             g.load.usage_tokens - g.evictable_tokens,
             g.load.capacity_tokens,
-            room,
+            g.rule_here(room),
         )[0]
     ]
     if not fits:

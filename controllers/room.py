@@ -137,7 +137,8 @@ def _plan_on(
     if gate.held > (1 if own else 0):
         return None
     usage = gate.admission_usage_tokens
-    if _admits(agent.context_tokens, usage, cap, rule):
+    rule_here = gate.rule_here(rule)
+    if _admits(agent.context_tokens, usage, cap, rule_here):
         return None  # fleet admission's case (rehome_held), not ours
     others = {g.load.name: _leaving(g, agent) for g in gates if g.load.name != name}
     moves: list[Move] = []
@@ -154,7 +155,7 @@ def _plan_on(
         others[target] = with_admitted(others[target], size)
         usage -= size
         moved_tokens += size
-        if _admits(agent.context_tokens, usage, cap, rule):
+        if _admits(agent.context_tokens, usage, cap, rule_here):
             moves.append(Move(agent.agent_id, agent.instance, name))
             return tuple(moves), moved_tokens
     return None

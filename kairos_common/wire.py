@@ -287,6 +287,11 @@ class AdmissionDecision:
     docs/control-law.md, point 14): the router does not count the contexts of
     agents idle this long towards admission. None: off (``kairos-paper``, or an
     old daemon).
+    ``beta`` / ``gamma``: Eq. 13's thresholds of the daemon's policy (``[kairos]``;
+    docs/control-law.md, point 18), which the router admits by on this instance
+    while the decision is fresh; both or neither, ``0 < γ ≤ β ≤ 1``. None: the
+    router's own ``[admission]`` thresholds (a policy without admission control,
+    or an old daemon).
 
     Energy per agent (optional; docs/energy.md): ``energy_total_j`` is the GPU
     energy the instance measured from the daemon's start to the end of its last
@@ -316,6 +321,14 @@ class AdmissionDecision:
     offload_tokens: int = 0
     idle_after_s: float = 10.0
     evictable_after_s: float | None = None
+    beta: float | None = None
+    gamma: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.beta is None) != (self.gamma is None):
+            raise WireFormatError("fields 'beta' and 'gamma' come together or not at all")
+        if self.beta is not None and self.gamma is not None and self.gamma > self.beta:
+            raise WireFormatError(f"need gamma <= beta, got gamma={self.gamma} beta={self.beta}")
 
     @property
     def order_key(self) -> tuple[float, int]:
@@ -367,6 +380,8 @@ class AdmissionDecision:
             evictable_after_s=get_field(
                 obj, "evictable_after_s", float, None, lo=1e-3, hi=MAX_VALID_FOR_S
             ),
+            beta=get_field(obj, "beta", float, None, lo=1e-3, hi=1.0),
+            gamma=get_field(obj, "gamma", float, None, lo=1e-3, hi=1.0),
         )
 
 

@@ -117,6 +117,8 @@ class Daemon:
         """The law's activity window, sent with the tier so the router judges idle alike."""
         self.evictable_after_s = law.evictable_after_s
         """The law's eviction window, sent so the router admits as the law does."""
+        self.thresholds = (law.beta, law.gamma)
+        """Eq. 13's (β, γ) of this policy, sent so the router admits by them here."""
 
     # ---- one epoch ----------------------------------------------------------------
 
@@ -192,6 +194,8 @@ class Daemon:
             offload_tokens=decision.offload_tokens,
             idle_after_s=self.idle_after_s,
             evictable_after_s=self.evictable_after_s,
+            beta=self.thresholds[0],
+            gamma=self.thresholds[1],
         )
         try:
             ack = await self.router.post_decision(msg)

@@ -7,7 +7,9 @@ agent moves to any instance that would admit it now (:meth:`AdmissionService.reh
 after every daemon decision and maintenance round; admission source ``fleet``).
 Holding is for when no instance has room.
 
-Five sources of admission, all with the same thresholds:
+Five sources of admission, all with the same thresholds per instance: those its
+daemon's decision carries (its policy's Eq. 13 ``β``, ``γ``) while it is fresh,
+else the router's ``[admission]`` ones:
 
 * **daemon** — the instance's ``kairosd`` posts versioned decisions; they are
   applied only in increasing ``(daemon_start_unix_s, epoch)`` order, and only to
@@ -126,8 +128,8 @@ class AdmissionService:
 
     def gate(self, inst: Instance) -> InstanceGate:
         """What fleet admission sees of ``inst`` (its daemon's latest valid decision
-        overrides the router's own view: no admission control, defer, or a CPU KV
-        tier whose idle contexts need no room)."""
+        overrides the router's own view: no admission control, defer, a CPU KV
+        tier whose idle contexts need no room, or its policy's Eq. 13 thresholds)."""
         now = self.clock()
         fresh = inst.daemon_fresh(now)
         q = self.queues.get(inst.name)
@@ -139,6 +141,7 @@ class AdmissionService:
             admission_control=not fresh or inst.decision_admission_control,
             resident_tokens=resident,
             evictable_tokens=evictable,
+            thresholds=inst.decision_thresholds if fresh else None,
         )
 
     def _admission_tokens(self, inst: Instance, now_s: float) -> tuple[int | None, int]:
@@ -183,7 +186,8 @@ class AdmissionService:
         if gate.defer:
             return ()
         sizes = ((a.agent_id, self.ledger.context_of(a)) for a in agents)
-        admitted, _ = admit_in_order(sizes, gate.admission_usage_tokens, cap, self.rule)
+        rule = gate.rule_here(self.rule)
+        admitted, _ = admit_in_order(sizes, gate.admission_usage_tokens, cap, rule)
         return admitted
 
     def rehome(self) -> tuple[Move, ...]:
@@ -443,6 +447,10 @@ class AdmissionService:
         inst.decision_offload_tokens = decision.offload_tokens
         inst.decision_idle_after_s = decision.idle_after_s
         inst.decision_evictable_after_s = decision.evictable_after_s
+        inst.decision_thresholds = (
+            None if decision.beta is None or decision.gamma is None
+            else (decision.beta, decision.gamma)
+        )  # fmt: skip
         inst.daemon_id = decision.daemon_id
         inst.clock_mhz = decision.clock_mhz
         inst.boost = decision.boost

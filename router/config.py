@@ -86,9 +86,10 @@ class AdmissionSettings:
     enabled: bool = True
     beta: float = 0.98
     gamma: float = 0.95
-    """Eq. 13's thresholds for fleet admission: the default ``kairos``'s
-    (docs/control-law.md, point 18); a fleet of ``kairos-paper`` daemons takes the
-    paper's 0.95 and 0.90."""
+    """Eq. 13's thresholds where no fresh daemon decision carries its own (no daemon,
+    a stale or an old one): the default ``kairos``'s (docs/control-law.md, point
+    18). A fresh decision's ``beta`` / ``gamma`` (a ``kairos-paper`` daemon sends the
+    paper's 0.95 and 0.90) override them on its instance."""
     new_agent_context_tokens: int = 3000
     admit_within_beta: bool = True
     make_room: bool = True

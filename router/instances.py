@@ -39,6 +39,8 @@ class Instance:
     """The daemon's activity window: no request for this long is idle."""
     decision_evictable_after_s: float | None = None
     """The daemon's eviction window: idle this long holds no room (None: off)."""
+    decision_thresholds: tuple[float, float] | None = None
+    """Eq. 13's (β, γ) of the daemon's policy (None: the router's own)."""
     daemon_id: str | None = None
     clock_mhz: int | None = None
     boost: bool = False
@@ -90,6 +92,9 @@ class Instance:
             "defer_admissions": self.decision_defer,
             "offload_tokens": self.decision_offload_tokens,
             "evictable_after_s": self.decision_evictable_after_s,
+            "admission_thresholds": (
+                None if self.decision_thresholds is None else list(self.decision_thresholds)
+            ),
         }
 
 

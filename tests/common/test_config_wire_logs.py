@@ -91,6 +91,24 @@ def test_decision_eviction_window_is_optional_and_bounded() -> None:
             AdmissionDecision.from_json({**d.to_json(), "evictable_after_s": bad})
 
 
+def test_decision_thresholds_come_together_and_in_order() -> None:
+    """``beta`` / ``gamma`` (control-law point 18): absent (an old daemon) means the
+    router's own; both or neither, each in (0, 1], γ ≤ β."""
+    d = AdmissionDecision("g0", "d", 10.0, 3, beta=0.95, gamma=0.90)
+    back = AdmissionDecision.from_json(d.to_json())
+    assert (back.beta, back.gamma) == (0.95, 0.90)
+    body = d.to_json()
+    body.pop("beta"), body.pop("gamma")
+    assert AdmissionDecision.from_json(body).beta is None
+    for bad in (0, -1.0, 1.5, float("nan"), "0.9", True):
+        with pytest.raises(WireFormatError, match="beta"):
+            AdmissionDecision.from_json({**d.to_json(), "beta": bad})
+    with pytest.raises(WireFormatError, match="together"):
+        AdmissionDecision.from_json({**d.to_json(), "gamma": None})
+    with pytest.raises(WireFormatError, match="gamma <= beta"):
+        AdmissionDecision.from_json({**d.to_json(), "beta": 0.8})
+
+
 @pytest.mark.parametrize(
     "bad",
     [

@@ -60,6 +60,16 @@ def test_newcomer_is_held_only_when_no_instance_has_room() -> None:
     assert choice.instance == "g1"  # Algorithm 2's spread rule: least U_i
 
 
+def test_an_instance_admits_by_its_own_daemons_thresholds() -> None:
+    # The fleet rule (β, γ = 0.98, 0.95) admits a 3K agent at U = 91K; an instance
+    # whose kairos-paper daemon sent the paper's 0.95, 0.90 does not (point 18).
+    assert admits_now(gate("g", 0, 91_000), 3_000, RULE)
+    paper = InstanceGate(InstanceLoad("g", 0, 91_000, CAP, active=True), thresholds=(0.95, 0.90))
+    assert not admits_now(paper, 3_000, RULE)
+    assert paper.rule_here(RULE) == AdmissionRule(beta=0.95, gamma=0.90)
+    assert gate("g", 0, 0).rule_here(RULE) is RULE
+
+
 def test_queue_and_defer_block_the_fast_path() -> None:
     assert not admits_now(gate("g", 0, 0, held=1), 10, RULE)  # head-of-line
     assert not admits_now(gate("g", 0, 0, defer=True), 10, RULE)

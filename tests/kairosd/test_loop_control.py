@@ -124,6 +124,18 @@ async def test_admission_decisions_reach_the_router_in_order(
     assert last.admit == () and last.defer_admissions
     assert last.order_key > router.decisions[0].order_key
     assert daemon.records[-1].admitted == 2  # epoch 0 closed: two agents admitted
+    assert (last.beta, last.gamma) == (0.98, 0.95)  # its policy's Eq. 13 thresholds
+
+
+async def test_decisions_carry_the_policys_thresholds(
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """A ``kairos-paper`` daemon sends the paper's β, γ, which the router then admits
+    by on its instance (control-law point 18)."""
+    daemon = await make_daemon(vllm, router, session, clock, policy="kairos-paper")
+    router.ongoing = [agent("old", 50_000)]
+    await daemon.run_epoch()
+    assert (router.decisions[-1].beta, router.decisions[-1].gamma) == (0.95, 0.90)
 
 
 async def test_power_report_pairs_energy_with_the_clock_that_produced_it(

@@ -197,6 +197,34 @@ async def test_sessions_idle_past_the_eviction_window_do_not_hold_a_newcomer(
     await _newcomer_runs_at_once(router, backend, backend2)
 
 
+async def test_each_instance_admits_by_its_daemons_thresholds(
+    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
+) -> None:
+    """The router's own thresholds (β, γ = 0.98, 0.95) would admit a 600-token
+    newcomer beside a 9.1K-token session on either 10K-token instance. i0's daemon
+    runs ``kairos-paper`` and sends the paper's 0.95, 0.90: there it is held, so it
+    goes to i1 (control-law point 18). Once that decision expires, i0 is judged by
+    the router's own thresholds again."""
+    clock = ManualClock()
+    for b in (backend, backend2):
+        b.behaviour.capacity_tokens = 10_000
+        b.behaviour.prompt_tokens = 9_096  # C_a = 9.1K: under γ·U_max = 9.5K
+    router = await make_router([backend.url, backend2.url], clock=clock)
+    await router.health.check_once()
+    for _ in range(2):
+        await _turn(router, await start_agent(router.url), CHAT)  # one per instance
+    adm = router.core.admission
+    assert all(admits_now(adm.gate(i), 600, adm.rule) for i in router.core.pool)
+    paper = AdmissionDecision("i0", "d", 1.0, 1, capacity_tokens=10_000, beta=0.95, gamma=0.90)
+    assert adm.apply_decision(paper).accepted
+    i0, i1 = router.core.pool
+    assert not admits_now(adm.gate(i0), 600, adm.rule)
+    assert admits_now(adm.gate(i1), 600, adm.rule)
+    assert router.core.instances_json()[0]["admission_thresholds"] == [0.95, 0.90]
+    clock.advance(30.0)  # the decision expires: the router's own thresholds again
+    assert admits_now(adm.gate(i0), 600, adm.rule)
+
+
 async def test_idle_agents_move_to_make_room_for_a_held_one(
     make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
 ) -> None:
