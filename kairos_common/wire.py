@@ -289,9 +289,8 @@ class AdmissionDecision:
     old daemon).
     ``beta`` / ``gamma``: Eq. 13's thresholds of the daemon's policy (``[kairos]``;
     docs/control-law.md, point 18), which the router admits by on this instance
-    while the decision is fresh; both or neither, ``0 < γ ≤ β ≤ 1``. None: the
-    router's own ``[admission]`` thresholds (a policy without admission control,
-    or an old daemon).
+    while the decision is fresh; both or neither, ``0 < γ ≤ β ≤ 1``. None (an old
+    daemon): the router's own ``[admission]`` thresholds.
 
     Energy per agent (optional; docs/energy.md): ``energy_total_j`` is the GPU
     energy the instance measured from the daemon's start to the end of its last
