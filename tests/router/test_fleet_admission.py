@@ -10,7 +10,8 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from controllers.admission import HeldAgent, admits_now
+from controllers.admission import HeldAgent, Placement, admits_now, place
+from controllers.placement import Consolidating, PlacementRequest
 from kairos_common.testing import ManualClock
 from kairos_common.wire import AdmissionDecision
 from router.config import AdmissionSettings
@@ -220,6 +221,8 @@ async def test_each_instance_admits_by_its_daemons_thresholds(
     i0, i1 = router.core.pool
     assert not admits_now(adm.gate(i0), 600, adm.rule)
     assert admits_now(adm.gate(i1), 600, adm.rule)
+    newcomer = PlacementRequest("x", 0, 600)
+    assert place(Consolidating(), newcomer, adm.gates(), adm.rule) == Placement("i1", True)
     assert router.core.instances_json()[0]["admission_thresholds"] == [0.95, 0.90]
     clock.advance(30.0)  # the decision expires: the router's own thresholds again
     assert admits_now(adm.gate(i0), 600, adm.rule)
