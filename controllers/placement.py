@@ -111,6 +111,15 @@ class ReassignmentConfig:
     """Also move an agent off an instance whose contexts exceed its KV cache, to one
     with room, at its next request (:func:`controllers.admission.overflow_target`;
     docs/control-law.md, point 10). False: Algorithm 3 alone (the paper)."""
+    balancing_moves_only: bool = False
+    """Algorithm 3 moves an agent only if the target's context stays below the
+    source's after the move (``U_j + 2·C_a < U_i``). The paper's agents are small
+    beside an instance; a 250K-token coding session is not, and moving it can
+    reverse the imbalance it was meant to fix while its whole context is prefilled
+    again on the target. Opt-in: on the Claude Code trace every policy spends 1–2 %
+    less per output token with it, no control included, and issue 14's per-cell bar,
+    judged against no control, moves 43 → 41 cells (docs/control-law.md,
+    "Cost-aware moves")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,8 +143,15 @@ class ReassignmentRule:
             raise InvalidConfigError("interval_requests must be >= 1")
 
     def decide(
-        self, current: str, steps_since_assignment: int, candidates: Sequence[InstanceLoad]
+        self,
+        current: str,
+        steps_since_assignment: int,
+        candidates: Sequence[InstanceLoad],
+        context_tokens: int | None = None,
     ) -> ReassignmentDecision:
+        """``context_tokens`` is the requesting agent's context ``C_a`` (counted in
+        its instance's ``U_i``); :attr:`ReassignmentConfig.balancing_moves_only`
+        needs it and keeps the agent in place when it is unknown."""
         cfg = self.config
         if not cfg.enabled or steps_since_assignment < cfg.interval_requests:
             return ReassignmentDecision(target=None, reset_counter=False)
@@ -146,5 +162,14 @@ class ReassignmentRule:
             return ReassignmentDecision(target=None, reset_counter=True)
         best = _least_loaded(active)
         if best.name != current and here.usage_tokens >= cfg.rho * best.usage_tokens:
+            if cfg.balancing_moves_only and not _balances(here, best, context_tokens):
+                return ReassignmentDecision(target=None, reset_counter=True)
             return ReassignmentDecision(target=best.name, reset_counter=True)
         return ReassignmentDecision(target=None, reset_counter=True)
+
+
+def _balances(source: InstanceLoad, target: InstanceLoad, context_tokens: int | None) -> bool:
+    """Does moving a ``context_tokens`` agent leave ``target`` below ``source``?"""
+    if context_tokens is None:
+        return False
+    return target.usage_tokens + context_tokens < source.usage_tokens - context_tokens

@@ -40,6 +40,7 @@ class PlacementSettings:
     reassign_interval_requests: int = 8
     rho: float = 2.0
     relieve_overflow: bool = True
+    balancing_moves_only: bool = False
     hot: float = _CONFIDENT.hot
     cool: float = _CONFIDENT.cool
     recompute_factor: float = _CONFIDENT.recompute_factor

@@ -92,6 +92,7 @@ class PlacementService:
                 interval_requests=settings.reassign_interval_requests,
                 rho=settings.rho,
                 relieve_overflow=settings.relieve_overflow,
+                balancing_moves_only=settings.balancing_moves_only,
             )
         )
         policy = admission.policy
@@ -191,7 +192,13 @@ class PlacementService:
 
     def _decide(self, agent: Agent, current: str) -> tuple[ReassignmentDecision, str]:
         if self.confident is None:
-            return self.rule.decide(current, agent.steps_since_assign, self.loads()), "imbalance"
+            decision = self.rule.decide(
+                current,
+                agent.steps_since_assign,
+                self.loads(),
+                context_tokens=self.ledger.context_of(agent),
+            )
+            return decision, "imbalance"
         decision = self.confident.decide_agent(
             current,
             agent.steps_since_assign,

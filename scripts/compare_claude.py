@@ -41,6 +41,11 @@ preset's 8 (fixed clocks are not levels); ``--policy fixed:MHZ`` adds a fixed
 clock's row beside the bar's four (listed, not used to judge):
 
     .venv/bin/python -m scripts.compare_claude --rates 0.004 --policy predictive --num-levels 11
+
+``--balancing-moves-only`` runs every policy, no control and the fixed clocks
+included, with Algorithm 3 moving an agent only where the target stays below the
+source (``ReassignmentConfig.balancing_moves_only``; docs/control-law.md,
+"Cost-aware moves"): a fleet rule, measured as the placement is.
 """
 
 from __future__ import annotations
@@ -90,6 +95,9 @@ class Fleet(NamedTuple):
     think_cap_s: float | None = None
     """Cap on the sessions' think and tool gaps (``kairos sim --think-cap-s``); None:
     the simulator's default (60 s)."""
+    balancing_moves_only: bool = False
+    """Algorithm 3 only balances (``kairos sim --balancing-moves-only``), for every
+    policy: a fleet rule, like the placement."""
 
 
 DEFAULT_FLEET = Fleet(INSTANCES, "consolidating", 1, None)
@@ -116,6 +124,9 @@ def cell_spec(fleet: Fleet, policy: str, rate: float, cell: Cell) -> SimSpec:
         spec = dataclasses.replace(spec, workload=f"trace:{fleet.trace}")
     if fleet.think_cap_s is not None:
         spec = dataclasses.replace(spec, think_cap_s=fleet.think_cap_s)
+    if fleet.balancing_moves_only:
+        moves = dataclasses.replace(spec.reassignment, balancing_moves_only=True)
+        spec = dataclasses.replace(spec, reassignment=moves)
     return with_variant(spec, policy)
 
 
@@ -229,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="cap on the sessions' think and tool gaps (kairos sim --think-cap-s; default 60)",
     )
+    ap.add_argument(
+        "--balancing-moves-only",
+        action="store_true",
+        help="Algorithm 3 only balances, for every policy (kairos sim --balancing-moves-only)",
+    )
     args = ap.parse_args(argv)
     if args.phases < 1:
         ap.error("--phases must be >= 1")
@@ -265,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             args.trace,
             args.kv_offload_gib,
             args.think_cap_s,
+            args.balancing_moves_only,
         )
         run = functools.partial(_run, fleet)
         res: dict[Key, Metrics] = dict(pool.map(run, keys))

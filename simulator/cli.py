@@ -62,6 +62,7 @@ class SimCliConfig:
     preset: str = DEFAULT_PRESET
     placement: str = "consolidating"
     reassign: bool = True
+    balancing_moves_only: bool = False
     epoch_s: float | None = None
     think_cap_s: float = 60.0
     client_patience_s: float = DEFAULT_CLIENT_PATIENCE_S
@@ -99,7 +100,9 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
         arrivals_file=cfg.arrivals,
         arrival_offset_s=cfg.arrival_offset_s,
         kairos=KairosConfig(slo_tok_s=cfg.slo),
-        reassignment=ReassignmentConfig(enabled=cfg.reassign),
+        reassignment=ReassignmentConfig(
+            enabled=cfg.reassign, balancing_moves_only=cfg.balancing_moves_only
+        ),
     )
     return [dataclasses.replace(base, policy=p) for p in policies]
 
@@ -232,6 +235,8 @@ HELP: dict[str, str] = {
         "router placement: consolidating (default) | round-robin | least-context | confident"
     ),
     "reassign": "Algorithm 3 reassignment of agents between instances (default on)",
+    "balancing_moves_only": "Algorithm 3 moves an agent only if the target's context stays "
+    "below the source's after the move (default off; router placement.balancing_moves_only)",
     "epoch_s": "control epoch in seconds (default from the preset: 5)",
     "think_cap_s": "cap on trace think times, drops human pauses (default 60 s)",
     "client_patience_s": "seconds a held session's client keeps retrying before the session "
@@ -272,6 +277,7 @@ def register(app: typer.Typer) -> None:
         preset: Annotated[str | None, Opt(help=HELP["preset"])] = None,
         placement: Annotated[str | None, Opt(help=HELP["placement"])] = None,
         reassign: Annotated[bool | None, Opt(help=HELP["reassign"])] = None,
+        balancing_moves_only: Annotated[bool | None, Opt(help=HELP["balancing_moves_only"])] = None,
         epoch_s: Annotated[float | None, Opt(help=HELP["epoch_s"])] = None,
         think_cap_s: Annotated[float | None, Opt(help=HELP["think_cap_s"])] = None,
         client_patience_s: Annotated[float | None, Opt(help=HELP["client_patience_s"])] = None,
@@ -304,6 +310,7 @@ def register(app: typer.Typer) -> None:
             "preset": preset,
             "placement": placement,
             "reassign": reassign,
+            "balancing_moves_only": balancing_moves_only,
             "epoch_s": epoch_s,
             "think_cap_s": think_cap_s,
             "client_patience_s": client_patience_s,

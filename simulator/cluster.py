@@ -324,7 +324,10 @@ class Cluster:
             )
         else:
             decision = self.reassign.decide(
-                inst.name, agent.steps_since_assignment, self.admission.loads()
+                inst.name,
+                agent.steps_since_assignment,
+                self.admission.loads(),
+                context_tokens=agent.usage_tokens(),
             )
         if decision.reset_counter:
             agent.steps_since_assignment = 0

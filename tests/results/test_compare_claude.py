@@ -230,6 +230,16 @@ def test_think_cap_replays_longer_gaps_in_every_run(capsys: pytest.CaptureFixtur
         assert "--think-cap-s" in capsys.readouterr().err
 
 
+def test_balancing_moves_only_changes_only_algorithm_3_in_every_run() -> None:
+    """``--balancing-moves-only``: a fleet rule, so every policy's run (no control's
+    and the fixed clocks' too) gets it, and nothing else changes."""
+    for policy in ("no-control", "fixed:900", "kairos", "predictive"):
+        on = cell_spec(DEFAULT_FLEET._replace(balancing_moves_only=True), policy, 0.004, 2)
+        off = cell_spec(DEFAULT_FLEET, policy, 0.004, 2)
+        assert on.reassignment.balancing_moves_only and not off.reassignment.balancing_moves_only
+        assert dataclasses.replace(on, reassignment=off.reassignment) == off
+
+
 def test_attainment_misses_are_put_down_to_holding_only_where_sessions_were_held() -> None:
     from scripts.results_lib.items_claude import attainment_misses
 

@@ -288,3 +288,25 @@ async def test_router_moves_an_agent_under_pressure(
     assert 'kairos_router_reassignments_total{reason="pressure",source="i0",target="i1"} 1.0' in (
         metrics
     )
+
+
+def test_balancing_moves_only_keeps_a_large_agent_in_place() -> None:
+    """``[placement] balancing_moves_only``: Algorithm 3 leaves a session whose move
+    would reverse the imbalance where its cache is, and still moves a small one."""
+    service, ledger = _service(balancing_moves_only=True, reassign_interval_requests=1)
+    big = _ongoing(ledger, "big", "i0", 6_000)
+    small = _ongoing(ledger, "small", "i0", 500)
+    _ongoing(ledger, "other", "i1", 2_000)
+    # i0 holds 6500 ≥ ρ·2000: the paper's rule would move either agent to i1.
+    assert _requests(service, big, 2) == [None, None]  # 8000 on i1 against 500 on i0
+    assert big.instance == "i0"
+    assert service.maybe_reassign(small) == "i1"  # 2500 on i1 against 6000: balanced
+    assert _reassigned(service, "imbalance", "i0", "i1") == 1.0
+
+
+def test_without_balancing_moves_the_large_agent_moves() -> None:
+    service, ledger = _service(reassign_interval_requests=1)
+    big = _ongoing(ledger, "big", "i0", 6_000)
+    _ongoing(ledger, "small", "i0", 500)
+    _ongoing(ledger, "other", "i1", 2_000)
+    assert service.maybe_reassign(big) == "i1"
