@@ -191,12 +191,10 @@ class PlacementService:
         )
 
     def _decide(self, agent: Agent, current: str) -> tuple[ReassignmentDecision, str]:
+        context = self.ledger.context_of(agent)
         if self.confident is None:
             decision = self.rule.decide(
-                current,
-                agent.steps_since_assign,
-                self.loads(),
-                context_tokens=self.ledger.context_of(agent),
+                current, agent.steps_since_assign, self.loads(), context_tokens=context
             )
             return decision, "imbalance"
         decision = self.confident.decide_agent(
@@ -204,7 +202,7 @@ class PlacementService:
             agent.steps_since_assign,
             self.loads(),
             agent_id=agent.agent_id,
-            context_tokens=self.ledger.context_of(agent),
+            context_tokens=context,
             completed_steps=agent.turns,
         )
         return decision, "pressure"

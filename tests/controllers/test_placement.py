@@ -133,9 +133,9 @@ def test_balancing_moves_never_reverse_the_imbalance(
     """Every move it makes leaves the target below the source; it moves only where
     the paper's rule would."""
     cands = [inst("g0", 0, here), inst("g1", 1, there)]
+    c = min(context, here)  # the agent's context is part of its instance's U
     on = ReassignmentRule(ReassignmentConfig(balancing_moves_only=True))
-    d = on.decide("g0", steps, cands, min(context, here))
+    d = on.decide("g0", steps, cands, c)
     if d.target is not None:
-        c = min(context, here)
         assert there + c < here - c
         assert ReassignmentRule().decide("g0", steps, cands).target == d.target
