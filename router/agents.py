@@ -271,6 +271,10 @@ class AgentService:
             "queue_position": position,
             "context_tokens": agent.context_tokens,
             "context_estimated": agent.context_estimated,
+            # Conversations counted in context_tokens now (router/conversations.py).
+            "conversations": agent.conversations.live(
+                self.ledger.clock(), self.ledger.conversation_window_s
+            ),
             "turns": agent.turns,
             "in_flight": agent.in_flight,
             "prefill_tokens": agent.prefill_tokens,

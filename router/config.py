@@ -223,6 +223,12 @@ class RouterConfig:
     anonymous: str = "one-turn"
     identity_header: str = "X-Kairos-Agent"
     idle_expiry_s: float = 1800.0
+    conversation_window_s: float = 300.0
+    """How long a conversation of an agent that has gone quiet still counts in its
+    ``C_a`` beside the others (router/conversations.py): a harness's sub-agents
+    and side requests share the agent's identity, and the parent's conversation
+    waits minutes for its sub-agents. 0: only conversations with a request in
+    flight count beside the latest."""
     slo_tok_s: float = 20.0
     max_body_bytes: int = 32 * MIB
     max_attempts: int = 3
@@ -260,6 +266,9 @@ class RouterConfig:
             raise ConfigError("max_connections and max_waiting_per_agent must be >= 1")
         if self.idle_expiry_s <= 0:
             raise ConfigError("idle_expiry_s must be positive")
+        window = self.conversation_window_s
+        if not (math.isfinite(window) and 0.0 <= window <= 86_400.0):
+            raise ConfigError(f"conversation_window_s must be 0..86400 s, got {window}")
         check_port(self.port, "port")
         check_slo(self.slo_tok_s, "slo_tok_s")
         check_log_level(self.log_level, "log_level")

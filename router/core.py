@@ -62,7 +62,7 @@ class RouterCore:
         self.pool = InstancePool(adm.capacity_tokens)
         for index, spec in enumerate(config.backends):
             self.pool.add(*parse_backend(spec, index))
-        self.ledger = Ledger(adm.new_agent_context_tokens, clock)
+        self.ledger = Ledger(adm.new_agent_context_tokens, clock, config.conversation_window_s)
         self.body_tokens = BytesPerToken()
         self.metrics.body_bytes_per_token.set_function(lambda: self.body_tokens.value)
         self.observations = ObservationLog()

@@ -1,7 +1,9 @@
 """The per-agent ledger: what the router knows about every live agent.
 
 ``C_a`` (``context_tokens``) is prompt + completion tokens of the agent's latest
-completed request (paper Eq. 6); ``decode_tokens`` and ``llm_time_s`` are the Eq. 3
+completed request (paper Eq. 6), over the conversations one identity may carry
+(:mod:`router.conversations`: a harness's in-process sub-agents and side requests);
+``decode_tokens`` and ``llm_time_s`` are the Eq. 3
 sums (latency from arrival at the router to the last byte, including time held
 pending). ``U_i = Σ_{a ongoing on i} C_a`` is kept as a running sum, updated when
 an agent joins or leaves an instance or its size changes, so reading it (twice
@@ -19,6 +21,7 @@ from typing import Any
 
 from controllers.placement import InstanceLoad
 from controllers.types import AgentView, agent_throughput_tok_s
+from router.conversations import DEFAULT_KEY, Conversations
 
 
 @dataclass(slots=True)
@@ -60,6 +63,9 @@ class Agent:
     waiting request gave up, so a retry within ``admission.requeue_grace_s``
     (``gave_up_s``) takes its old place, not the back of the queue."""
     gave_up_s: float | None = None
+    conversations: Conversations = field(default_factory=Conversations)
+    """Its conversations (:mod:`router.conversations`): ``context_tokens`` is their
+    ``C_a``. Not persisted: after a restart the next completed request starts them."""
 
     @property
     def last_active_s(self) -> float | None:
@@ -123,6 +129,7 @@ _TRANSIENT = frozenset(
         "ending",
         "queue_since_s",
         "gave_up_s",
+        "conversations",
     }
 )
 _PERSISTED = tuple(f for f in Agent.__dataclass_fields__ if f not in _TRANSIENT)
@@ -131,9 +138,16 @@ _PERSISTED = tuple(f for f in Agent.__dataclass_fields__ if f not in _TRANSIENT)
 class Ledger:
     """All live agents plus, per instance, the ids of its ongoing (admitted) agents."""
 
-    def __init__(self, new_agent_context_tokens: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        new_agent_context_tokens: int,
+        clock: Callable[[], float],
+        conversation_window_s: float = 300.0,
+    ) -> None:
         self.placeholder_tokens = new_agent_context_tokens
         self.clock = clock
+        self.conversation_window_s = conversation_window_s
+        """How long an idle conversation of an agent still counts in its ``C_a``."""
         self.agents: dict[str, Agent] = {}
         self._ongoing: dict[str, set[str]] = {}
         # U_i, and what each ongoing agent adds to it (subtracted as counted, so the
@@ -349,6 +363,33 @@ class Ledger:
             active=bool(self._ongoing.get(name)),
         )
 
+    def request_started(self, agent: Agent, conversation: int = DEFAULT_KEY) -> None:
+        """A request of ``agent``'s ``conversation`` is forwarded: it runs beside the
+        agent's other conversations, so ``C_a`` may grow."""
+        agent.conversations.start(conversation)
+        self._refresh(agent)
+
+    def request_ended(self, agent: Agent, conversation: int = DEFAULT_KEY) -> None:
+        """That request ended, completed or not."""
+        agent.conversations.done(conversation)
+        self._refresh(agent)
+
+    def cached_tokens(self, agent: Agent, conversation: int = DEFAULT_KEY) -> int:
+        """What vLLM's prefix cache holds for a request of ``conversation``: its own
+        context, else (a conversation not seen yet, or a client whose root changes
+        at every request) the latest request's, as the paper's ``C_a`` would say."""
+        known = agent.conversations.context_of(conversation)
+        if known is not None:
+            return known
+        latest = agent.conversations.latest_tokens()
+        return latest if latest is not None else agent.context_tokens or 0
+
+    def _refresh(self, agent: Agent) -> None:
+        tokens = agent.conversations.context_tokens(self.clock(), self.conversation_window_s)
+        if tokens is not None and tokens != agent.context_tokens:
+            agent.context_tokens = tokens
+            self._recount(agent)
+
     def record_completion(
         self,
         agent: Agent,
@@ -357,10 +398,14 @@ class Ledger:
         completion_tokens: int,
         latency_s: float,
         estimated: bool,
+        conversation: int = DEFAULT_KEY,
     ) -> None:
         """One request finished: update ``C_a`` and the Eq. 3 sums."""
         context = prompt_tokens + completion_tokens
-        agent.context_tokens = context
+        now_s = self.clock()
+        agent.conversations.complete(conversation, context, now_s)
+        tokens = agent.conversations.context_tokens(now_s, self.conversation_window_s)
+        agent.context_tokens = context if tokens is None else tokens
         agent.context_estimated = estimated
         agent.estimated_context_tokens = None
         agent.max_context_tokens = max(agent.max_context_tokens, context)

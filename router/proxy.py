@@ -33,6 +33,7 @@ from router.admission import AdmissionService
 from router.agents import AgentService
 from router.breaker import CircuitBreakers
 from router.config import RouterConfig, TimeoutSettings
+from router.conversations import conversation_key
 from router.energy import ONE_TURN, EnergyService
 from router.errors import (
     AuthenticationError,
@@ -238,16 +239,19 @@ class Proxy:
                 inject = True
         agents = self._agents
         admission = self._admission
+        ledger = self._ledger
+        conversation = conversation_key(route, obj)
         agent = agents.for_request(ident.agent_id)
         agent.in_flight += 1
         agent.last_seen_s = t0
+        ledger.request_started(agent, conversation)
         prefill = PrefillClaim(agent)
         first = agent.context_tokens is None
         try:
             if first:
                 # Sized before placement: fleet admission places the newcomer where
                 # its prompt is admitted now (controllers/admission.py), bounded.
-                self._ledger.set_estimate(agent, admission.estimate_tokens(len(body)))
+                ledger.set_estimate(agent, admission.estimate_tokens(len(body)))
             self._place(agent)
             headers = upstream_headers(ex.headers, ident, self._identity_header, request_id)
             if admission.admit_now(agent):
@@ -256,7 +260,8 @@ class Proxy:
                 held_s = await self._wait_admission(agent, headers)
             self._overhead[route].observe(clock() - t0 - held_s)
             # Learned bytes a token, as estimate_tokens; vLLM prefills whatever was sent.
-            prefill.start(admission.body_tokens.tokens(len(body)) - (agent.context_tokens or 0))
+            cached = ledger.cached_tokens(agent, conversation)
+            prefill.start(admission.body_tokens.tokens(len(body)) - cached)
             finished: list[Outcome] = []  # set by the relay once the upstream finished
             try:
                 outcome = await self._forwarder.forward(
@@ -267,13 +272,15 @@ class Proxy:
                 # an SDK that closes on [DONE]: vLLM did the work and holds the
                 # context, so the turn is accounted before the cancellation goes on.
                 if finished:
-                    self._account(agent, route, stream, t0, held_s, len(body), first, finished[0])
+                    done = finished[0]
+                    self._account(agent, route, stream, t0, len(body), first, done, conversation)
                 raise
-            self._account(agent, route, stream, t0, held_s, len(body), first, outcome)
+            self._account(agent, route, stream, t0, len(body), first, outcome, conversation)
         finally:
             prefill.done()
             agent.in_flight -= 1
             agent.last_seen_s = clock()
+            ledger.request_ended(agent, conversation)
             agents.request_done(agent)
 
     async def _wait_admission(self, agent: Agent, headers: dict[str, str]) -> float:
@@ -352,8 +359,8 @@ class Proxy:
             self._admission.admit_placed(agent, target)
 
     def _account(
-        self, agent: Agent, route: str, stream: bool, t0: float, held_s: float,
-        body_len: int, first: bool, outcome: Outcome,
+        self, agent: Agent, route: str, stream: bool, t0: float,
+        body_len: int, first: bool, outcome: Outcome, conversation: int,
     ) -> None:  # fmt: skip
         """Account a finished request; an agent's ``first`` request with usage also
         teaches the router how many bytes a token takes (:mod:`router.token_ratio`)."""
@@ -381,7 +388,7 @@ class Proxy:
         m.tokens.labels(inst_name, "completion").inc(completion)
         self._ledger.record_completion(
             agent, prompt_tokens=prompt, completion_tokens=completion,
-            latency_s=latency, estimated=estimated,
+            latency_s=latency, estimated=estimated, conversation=conversation,
         )  # fmt: skip
         self._energy.record(
             inst_name, ONE_TURN if agent.ephemeral else agent.agent_id, prompt,

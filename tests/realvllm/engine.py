@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,9 @@ MODEL_DIR = CACHE / "realvllm-model"
 MODEL_NAME = "tiny-llama"
 VLLM_VERSION = "0.32.0"
 BIN = Path(sys.executable).parent
+BLOCK_TOKENS = 128
+"""vLLM's KV block on this CPU build: the prefix cache reuses whole blocks."""
+_HITS = re.compile(r"^vllm:prefix_cache_hits_total\{[^}]*\}\s+([0-9.eE+]+)$", re.MULTILINE)
 T = TypeVar("T")
 
 
@@ -216,6 +220,13 @@ class VllmServer:
 
     def metrics(self) -> VllmMetrics:
         return parse_vllm_metrics(self.metrics_text())
+
+    def prefix_cache_hits(self) -> float:
+        """``vllm:prefix_cache_hits_total``: prompt tokens served from the cache."""
+        found = _HITS.findall(self.metrics_text())
+        if not found:
+            raise EngineError("vLLM exports no vllm:prefix_cache_hits_total")
+        return sum(float(v) for v in found)
 
     def pause(self) -> None:
         """Freeze the engine with its requests in place (``/pause?mode=keep``): no
@@ -443,6 +454,18 @@ class AgentProc:
 
     def wait(self, timeout_s: float = 60.0) -> int:
         return self.popen.wait(timeout=timeout_s)
+
+    def last_turn_from_cache(self, vllm: VllmServer) -> tuple[dict[str, Any], float]:
+        """Release the agent's last (gated) turn once vLLM is idle: its line, and how
+        many of its prompt tokens vLLM served from the prefix cache. The agent must
+        then exit cleanly."""
+        vllm.wait_idle()
+        before = vllm.prefix_cache_hits()
+        self.release()
+        line = self.line()
+        if self.wait() != 0:
+            raise EngineError("agent failed after its last turn")
+        return line, vllm.prefix_cache_hits() - before
 
     def kill(self) -> None:
         if self.popen.poll() is None:

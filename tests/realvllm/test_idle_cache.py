@@ -11,23 +11,19 @@ Kairos's bookkeeping, not vLLM's.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 
-from tests.realvllm.engine import VllmServer, running_router, start_agent, wait_for
+from tests.realvllm.engine import (
+    BLOCK_TOKENS,
+    VllmServer,
+    running_router,
+    start_agent,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.realvllm, pytest.mark.e2e, pytest.mark.timeout(600)]
-
-BLOCK = 128
-HITS = re.compile(r"^vllm:prefix_cache_hits_total\{[^}]*\}\s+([0-9.eE+]+)$", re.MULTILINE)
-
-
-def _hits(vllm: VllmServer) -> float:
-    found = HITS.findall(vllm.metrics_text())
-    assert found, "vLLM exports no vllm:prefix_cache_hits_total"
-    return sum(float(v) for v in found)
 
 
 def test_an_idle_session_holds_no_blocks_and_its_prefix_stays_reusable(
@@ -46,13 +42,9 @@ def test_an_idle_session_holds_no_blocks_and_its_prefix_stays_reusable(
                 timeout_s=30,
             )
             idle = vllm.wait_idle()
-            hits_before = _hits(vllm)
-            agent.release()
-            second = agent.line()
-            assert agent.wait() == 0
+            second, hits = agent.last_turn_from_cache(vllm)
         finally:
             agent.kill()
-    hits = _hits(vllm) - hits_before
     with capsys.disabled():
         print(
             f"\n[idle cache] context {context} tokens in U; vLLM kv usage while idle "
@@ -60,5 +52,5 @@ def test_an_idle_session_holds_no_blocks_and_its_prefix_stays_reusable(
             f"tokens, {hits:.0f} from the prefix cache"
         )
     assert idle.kv_usage_frac == 0.0  # the engine reserves nothing for the idle session
-    whole_blocks = first["usage"]["prompt_tokens"] // BLOCK * BLOCK
-    assert hits >= whole_blocks - BLOCK > 0  # its prefix was still there to reuse
+    whole_blocks = first["usage"]["prompt_tokens"] // BLOCK_TOKENS * BLOCK_TOKENS
+    assert hits >= whole_blocks - BLOCK_TOKENS > 0  # its prefix was still there to reuse

@@ -16,6 +16,11 @@ usage:
                                           the first CHARS characters of this file
   real_agent.py count                     /v1/messages/count_tokens, then /v1/messages
                                           with the same messages (as Claude Code)
+  real_agent.py side WORDS                a main chat turn of WORDS words, a short side
+                                          request of another conversation (a title, as
+                                          a harness asks for one), then the main
+                                          conversation's second turn; a "ready" line
+                                          and a stdin line before each of the last two
 
 Every mode prints JSON lines on stdout (progress, then a final report with the
 agent id id-tracker gave it). ``/v1/messages`` is Anthropic's protocol, which the
@@ -165,6 +170,37 @@ def turns(n: int, first: int, grow: int, outs: list[int], flags: list[str]) -> d
     return {"usages": usages}
 
 
+def _chat(client: openai.OpenAI, messages: Any, max_tokens: int) -> tuple[str, Any]:
+    r = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=max_tokens)
+    return r.choices[0].message.content or "", usage_dict(r.usage)
+
+
+def side(words: int) -> dict[str, Any]:
+    """One identity, two conversations: the main one, and a side request between
+    its turns (router/conversations.py)."""
+    client = openai.OpenAI(max_retries=0)
+    main: list[Any] = [
+        {"role": "system", "content": text(12, 0)},
+        {"role": "user", "content": text(words, 6)},
+    ]
+    reply, usage = _chat(client, main, 8)
+    say({"main": 0, "usage": usage, "agent": os.environ.get("KAIROS_AGENT_ID")})
+    say({"ready": "side"})
+    sys.stdin.readline()
+    title = [
+        {"role": "system", "content": text(7, 9)},
+        {"role": "user", "content": text(5, 11)},
+    ]
+    _, side_usage = _chat(client, title, 4)
+    say({"side": 0, "usage": side_usage})
+    say({"ready": "main"})
+    sys.stdin.readline()
+    main += [{"role": "assistant", "content": reply}, {"role": "user", "content": text(20, 2)}]
+    _, usage = _chat(client, main, 8)
+    say({"main": 1, "usage": usage})
+    return {}
+
+
 def code(chars: int) -> dict[str, Any]:
     """A coding agent's kind of prompt: Python source, as it reads files."""
     client = openai.OpenAI(max_retries=0)
@@ -237,6 +273,8 @@ def main() -> int:
         report = code(int(args[0]))
     elif mode == "count":
         report = count()
+    elif mode == "side":
+        report = side(int(args[0]))
     else:
         raise SystemExit(f"unknown mode {mode}")
     say({**report, "agent_id": os.environ.get("KAIROS_AGENT_ID")})

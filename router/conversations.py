@@ -1,0 +1,212 @@
+"""Several conversations under one agent identity, and the ``C_a`` they add up to.
+
+The paper's ``C_a`` is the prompt plus completion of the agent's latest request:
+one agent, one growing conversation. A coding harness that runs in one process
+under one identity (one ``id-tracker`` launch) does not keep to that. Claude
+Code's sub-agents (its Task tool) run in-process with the parent's key, several
+at once, each with its own system prompt and history, while the parent's
+conversation waits for them; and small side requests (a title, a summary, a
+check) come and go between the parent's turns. With ``C_a`` taken from the
+latest request alone, a 100-token side request that finishes after a
+100K-token turn makes the router count 100 tokens for an agent whose 100K-token
+prefix sits in vLLM's cache and comes back at the next turn: admission fills
+that room with a newcomer, and the next turn's prompt, minus 100 cached tokens,
+looks like a 100K-token prefill and lifts the clock to the top (control-law
+point 9) for a prompt vLLM serves from its cache.
+
+So the router tells an agent's conversations apart by their *root* (what every
+request of one conversation starts with: the system prompt and the first user
+message, as vLLM's prefix cache keys blocks by what precedes them), keeps each
+one's own context, and counts for the agent
+
+    ``C_a = max(latest, Σ contexts in flight + the largest context idle within the window)``
+
+where ``latest`` is the paper's value. One conversation gives exactly the paper's
+``C_a`` (its context is the latest, in flight or idle). A client whose root
+changes at every request (a system prompt with a timestamp, a replay tool's
+numbered turns) gives it too, up to the largest of its recent requests: the max,
+not a sum, over idle conversations is what keeps such a client from being
+counted once per request. A conversation idle past ``window_s`` (a finished
+sub-agent, the history a compaction replaced) no longer counts.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_KEY = 0
+"""The conversation of a request whose root the router cannot read."""
+MAX_CONVERSATIONS = 16
+"""Per agent; beyond it the conversation idle longest is forgotten first."""
+_ROOT_CHARS = 16_384
+"""Characters of a root that are read: enough to tell two system prompts or two
+first messages apart, bounded so that a 400 KB first prompt costs nothing."""
+_TEXT_KEYS = ("role", "content", "text", "type")
+"""The parts of a message that make its text. Others (``cache_control``, ids,
+names) may change between two requests of one conversation: Claude Code marks
+its latest messages as cache breakpoints."""
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def conversation_key(route: str, body: Mapping[str, Any]) -> int:
+    """The root of the conversation ``body`` continues, as a hash.
+
+    ``route`` is the proxy's name for the endpoint (``chat``, ``messages``,
+    ``responses``, ``completions``). Chat: the leading system messages and the
+    first other message. Anthropic messages: ``system`` and the first message.
+    Responses: ``instructions`` and the first input item (or the input's start).
+    Completions: the prompt's start. :data:`DEFAULT_KEY` when there is none.
+
+    The key lives only in this process's memory (never persisted or sent), so
+    Python's own string hash does: a microsecond less a request than a digest.
+    """
+    root: list[Any]
+    if route == "chat":
+        root = _chat_root(body.get("messages"))
+    elif route == "messages":
+        messages = body.get("messages")
+        first = messages[0] if isinstance(messages, list) and messages else None
+        root = [body.get("system"), first]
+    elif route == "responses":
+        given = body.get("input")
+        first = given[0] if isinstance(given, list) and given else given
+        root = [body.get("instructions"), first]
+    elif route == "completions":
+        prompt = body.get("prompt")
+        root = [prompt[0] if isinstance(prompt, list) and prompt else prompt]
+    else:
+        return DEFAULT_KEY
+    parts: list[str] = []
+    if _text(root, parts, _ROOT_CHARS) == _ROOT_CHARS:
+        return DEFAULT_KEY  # nothing readable: one conversation, as before
+    return hash("".join(parts)) or 1
+
+
+def _chat_root(messages: Any) -> list[Any]:
+    if not isinstance(messages, list):
+        return []
+    for i, message in enumerate(messages):
+        if not (isinstance(message, dict) and message.get("role") in _SYSTEM_ROLES):
+            return messages[: i + 1]
+    return messages
+
+
+def _text(value: Any, parts: list[str], budget: int) -> int:
+    """Append ``value``'s text to ``parts`` (at most ``budget`` characters); returns
+    the budget left. Only :data:`_TEXT_KEYS` of a dict count, each marked, so that
+    two roots with the same characters in different places differ."""
+    if budget <= 0:
+        return 0
+    if isinstance(value, str):
+        part = value[:budget]
+        parts.append(part)
+        return budget - len(part)
+    if isinstance(value, list):
+        for item in value:
+            parts.append("\x1e")
+            budget = _text(item, parts, budget)
+        return budget
+    if isinstance(value, dict):
+        for name in _TEXT_KEYS:
+            if name in value:
+                parts.append("\x1f" + name)
+                budget = _text(value[name], parts, budget)
+    return budget
+
+
+@dataclass(slots=True)
+class Conversation:
+    """One conversation of an agent: its context once a request of it completed."""
+
+    context_tokens: int | None = None
+    last_end_s: float | None = None
+    in_flight: int = 0
+
+
+class Conversations:
+    """An agent's conversations, most recently used last (bounded)."""
+
+    __slots__ = ("_by_key", "latest")
+
+    def __init__(self) -> None:
+        self._by_key: OrderedDict[int, Conversation] = OrderedDict()
+        self.latest: int | None = None
+        """The key of the conversation whose request completed last."""
+
+    def __len__(self) -> int:
+        return len(self._by_key)
+
+    def start(self, key: int) -> None:
+        """A request of conversation ``key`` is forwarded."""
+        conv = self._by_key.get(key)
+        if conv is None:
+            conv = self._by_key[key] = Conversation()
+            self._bound()
+        self._by_key.move_to_end(key)
+        conv.in_flight += 1
+
+    def done(self, key: int) -> None:
+        """That request ended (completed, failed or cancelled)."""
+        conv = self._by_key.get(key)
+        if conv is not None and conv.in_flight > 0:
+            conv.in_flight -= 1
+
+    def complete(self, key: int, context_tokens: int, now_s: float) -> None:
+        """A request of ``key`` completed with ``context_tokens`` of context."""
+        conv = self._by_key.get(key)
+        if conv is None:
+            conv = self._by_key[key] = Conversation()
+            self._bound()
+        conv.context_tokens = context_tokens
+        conv.last_end_s = now_s
+        self.latest = key
+
+    def context_of(self, key: int) -> int | None:
+        """What the cache holds of conversation ``key``: its context (None: new)."""
+        conv = self._by_key.get(key)
+        return None if conv is None else conv.context_tokens
+
+    def latest_tokens(self) -> int | None:
+        """The paper's ``C_a``: the context of the latest completed request."""
+        return None if self.latest is None else self.context_of(self.latest)
+
+    def context_tokens(self, now_s: float, window_s: float) -> int | None:
+        """The agent's ``C_a`` (module docstring); None before any request completed."""
+        latest = self.latest_tokens()
+        if latest is None:
+            return None
+        running = 0
+        idle = 0
+        for conv in self._by_key.values():
+            tokens = conv.context_tokens or 0
+            if conv.in_flight:
+                running += tokens
+            elif conv.last_end_s is not None and now_s - conv.last_end_s <= window_s:
+                idle = max(idle, tokens)
+        return max(latest, running + idle)
+
+    def live(self, now_s: float, window_s: float) -> int:
+        """Conversations that :meth:`context_tokens` looks at now: the latest, those
+        with a request in flight and those that ended within the window."""
+        return sum(
+            1
+            for k, c in self._by_key.items()
+            if k == self.latest
+            or c.in_flight
+            or (c.last_end_s is not None and now_s - c.last_end_s <= window_s)
+        )
+
+    def _bound(self) -> None:
+        """Forget the conversation idle longest beyond :data:`MAX_CONVERSATIONS`
+        (never one in flight, nor the latest)."""
+        while len(self._by_key) > MAX_CONVERSATIONS:
+            victim = next(
+                (k for k, c in self._by_key.items() if not c.in_flight and k != self.latest),
+                None,
+            )
+            if victim is None:
+                return
+            del self._by_key[victim]

@@ -1,0 +1,127 @@
+"""An agent's conversations on the real router (router/conversations.py): a side
+request under the agent's identity (a harness's title or summary call) must not
+make the router forget the main conversation's context, in admission (``U``) or
+in the clock's prefill signal (control-law point 9)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import openai
+from openai.types.chat import ChatCompletionMessageParam
+
+from kairos_common.wire import InstanceState
+from router.testing import FakeBackend, RunningRouter
+from tests.router.conftest import StartRouter, agent_key, control, end_agent, start_agent
+
+WORDS = "word " * 4000  # 20,000 bytes: 5,000 tokens at the 4 bytes a token learned below
+MAIN: list[ChatCompletionMessageParam] = [
+    {"role": "system", "content": "You are the main coding agent."},
+    {"role": "user", "content": WORDS},
+]
+SIDE: list[ChatCompletionMessageParam] = [
+    {"role": "system", "content": "Write a 5-word title for this session."},
+    {"role": "user", "content": "Fix the failing test"},
+]
+
+
+def _client(router: RunningRouter, token: str) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=router.url + "/v1", api_key=agent_key(token), max_retries=0)
+
+
+async def _main_then_side(router: RunningRouter, backend: FakeBackend, token: str) -> None:
+    """The agent's main turn (C_a 5,004), then a 100-token side request."""
+    client = _client(router, token)
+    backend.behaviour.prompt_tokens = 5000
+    await client.chat.completions.create(model="fake-model", messages=MAIN)
+    backend.behaviour.prompt_tokens = 100
+    await client.chat.completions.create(model="fake-model", messages=SIDE)
+    await client.close()
+
+
+async def _router(make_router: StartRouter, backend: FakeBackend, **kw: object) -> RunningRouter:
+    backend.behaviour.capacity_tokens = 10_000
+    router = await make_router([backend.url], **kw)
+    await router.health.check_once()  # learns U_max from /metrics
+    return router
+
+
+async def test_a_side_request_keeps_the_main_context_counted(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    router = await _router(make_router, backend)
+    token = await start_agent(router.url)
+    agent_id = token.split(".")[1]
+    await _main_then_side(router, backend, token)
+    _, status = await control("GET", f"{router.url}/kairos/v1/agents/{agent_id}")
+    assert status["context_tokens"] == 5_004  # the paper's C_a would say 104
+    assert status["conversations"] == 2
+    assert router.core.ledger.usage_tokens("i0") == 5_004
+
+    # The main conversation's next turn: ≈ 10,000 prompt tokens of which its own
+    # 5,004 are cached, so ≈ 5,000 to prefill (not 10,000 − 104).
+    client = _client(router, token)
+    backend.behaviour.gate = asyncio.Event()
+    longer: list[ChatCompletionMessageParam] = [
+        *MAIN,
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": WORDS},
+    ]
+    pending = asyncio.ensure_future(
+        client.chat.completions.create(model="fake-model", messages=longer)
+    )
+    try:
+        await backend.wait_received(3)
+        _, state = await control("GET", router.url + "/kairos/v1/instances/i0/state")
+        views = {a.agent_id: a for a in InstanceState.from_json(state).ongoing}
+        assert 4_800 < views[agent_id].prefill_tokens < 5_300
+    finally:
+        backend.behaviour.gate.set()
+        await pending
+        await client.close()
+
+
+async def test_a_newcomer_does_not_take_the_room_of_a_main_conversation(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """After the side request the instance still holds the main conversation's
+    5,004 tokens, so a 5,000-token newcomer waits (past γ·U_max of a 10,000-token
+    cache) until the first agent ends."""
+    router = await _router(make_router, backend)
+    first = await start_agent(router.url)
+    await _main_then_side(router, backend, first)
+    newcomer = await start_agent(router.url)
+    backend.behaviour.prompt_tokens = 5000
+    client = _client(router, newcomer)
+    other: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": "Another agent."},
+        {"role": "user", "content": WORDS},
+    ]
+    waiting = asyncio.ensure_future(
+        client.chat.completions.create(model="fake-model", messages=other)
+    )
+    adm = router.core.admission
+    await adm.wait_until(lambda: newcomer.split(".")[1] in adm.queue("i0"))
+    assert len(backend.received) == 2
+    await end_agent(router, first)
+    await asyncio.wait_for(waiting, timeout=30)
+    assert len(backend.received) == 3
+    await client.close()
+
+
+async def test_with_no_window_only_what_runs_counts_beside_the_latest(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """``conversation_window_s = 0``: the paper's C_a for a sequence of requests,
+    and the newcomer is admitted at once beside the side request's 104 tokens."""
+    router = await _router(make_router, backend, conversation_window_s=0.0)
+    first = await start_agent(router.url)
+    await _main_then_side(router, backend, first)
+    assert router.core.ledger.usage_tokens("i0") == 104
+    newcomer = await start_agent(router.url)
+    client = _client(router, newcomer)
+    backend.behaviour.prompt_tokens = 5000
+    await asyncio.wait_for(
+        client.chat.completions.create(model="fake-model", messages=MAIN), timeout=30
+    )
+    await client.close()

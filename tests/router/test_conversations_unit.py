@@ -1,0 +1,176 @@
+"""Several conversations under one identity (router/conversations.py): their roots,
+and the ``C_a`` they add up to."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from router.conversations import (
+    DEFAULT_KEY,
+    MAX_CONVERSATIONS,
+    Conversations,
+    conversation_key,
+)
+
+PARENT, SUB1, SUB2, MAIN, TITLE, NEW, RUNNING, LATEST = range(2, 10)
+SYSTEM = {"role": "system", "content": "You are the main agent."}
+TASK = {"role": "user", "content": "Fix the failing test."}
+
+
+def test_turns_of_one_chat_conversation_share_its_root() -> None:
+    first = {"messages": [SYSTEM, TASK]}
+    later = {
+        "messages": [
+            SYSTEM,
+            TASK,
+            {"role": "assistant", "content": "Reading the test."},
+            {"role": "user", "content": "tool result: 3 failed"},
+        ]
+    }
+    assert conversation_key("chat", first) == conversation_key("chat", later) != DEFAULT_KEY
+
+
+def test_another_first_message_or_system_prompt_is_another_conversation() -> None:
+    main = conversation_key("chat", {"messages": [SYSTEM, TASK]})
+    other_task = {"role": "user", "content": "Summarise this session in 5 words."}
+    other_system = {"role": "system", "content": "You are a search sub-agent."}
+    assert conversation_key("chat", {"messages": [SYSTEM, other_task]}) != main
+    assert conversation_key("chat", {"messages": [other_system, TASK]}) != main
+
+
+def test_anthropic_cache_breakpoints_do_not_change_the_root() -> None:
+    """Claude Code marks its latest messages with ``cache_control``: the first
+    message carries it on the first turn and not on the later ones."""
+    text = {"type": "text", "text": "Fix the failing test."}
+    system = [{"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "x"}}]
+    first = {
+        "system": system,
+        "messages": [{"role": "user", "content": [{**text, "cache_control": {"type": "x"}}]}],
+    }
+    later = {
+        "system": system,
+        "messages": [
+            {"role": "user", "content": [text]},
+            {"role": "assistant", "content": [{"type": "text", "text": "On it."}]},
+        ],
+    }
+    assert conversation_key("messages", first) == conversation_key("messages", later)
+    sub = {**later, "system": [{"type": "text", "text": "You are a sub-agent."}]}
+    assert conversation_key("messages", sub) != conversation_key("messages", later)
+
+
+def test_completions_and_responses_roots() -> None:
+    prompt = "def add(a, b):\n" * 10
+    assert conversation_key("completions", {"prompt": prompt}) == conversation_key(
+        "completions", {"prompt": [prompt]}
+    )
+    one = conversation_key("responses", {"instructions": "be brief", "input": "hi"})
+    two = conversation_key("responses", {"instructions": "be brief", "input": [{"content": "hi"}]})
+    assert DEFAULT_KEY not in (one, two)
+
+
+def test_no_readable_root_is_the_default_conversation() -> None:
+    assert conversation_key("chat", {"messages": []}) == DEFAULT_KEY
+    assert conversation_key("chat", {}) == DEFAULT_KEY
+    assert conversation_key("messages", {"messages": "not a list"}) == DEFAULT_KEY
+    assert conversation_key("embeddings", {"input": "x"}) == DEFAULT_KEY
+
+
+def test_a_huge_first_message_is_hashed_only_so_far() -> None:
+    """The root is bounded: two 400 KB first prompts that differ only at the end are
+    one conversation (what tells conversations apart comes first)."""
+    head = "x" * 40_000
+    a = conversation_key("chat", {"messages": [{"role": "user", "content": head + "a"}]})
+    b = conversation_key("chat", {"messages": [{"role": "user", "content": head + "b"}]})
+    assert a == b
+
+
+_EVENTS = st.lists(
+    st.tuples(st.sampled_from(["start", "done", "complete"]), st.integers(1, 300_000)),
+    max_size=40,
+)
+
+
+@given(_EVENTS, st.floats(0.0, 3600.0))
+def test_one_conversation_is_the_papers_c_a(events: list[tuple[str, int]], window_s: float) -> None:
+    """Whatever happens to a single conversation, ``C_a`` is its latest context."""
+    convs = Conversations()
+    for t, (kind, tokens) in enumerate(events):
+        if kind == "start":
+            convs.start(1)
+        elif kind == "done":
+            convs.done(1)
+        else:
+            convs.complete(1, tokens, float(t) * 60.0)
+        assert convs.context_tokens(float(t) * 60.0, window_s) == convs.latest_tokens()
+
+
+@given(st.lists(st.integers(1, 200_000), min_size=1, max_size=40))
+def test_a_root_that_changes_every_request_counts_once(contexts: list[int]) -> None:
+    """A client whose root is new at every request (a timestamp in its system prompt)
+    is counted as its largest recent request, never once per request."""
+    convs = Conversations()
+    for i, tokens in enumerate(contexts):
+        convs.start(100 + i)
+        convs.complete(100 + i, tokens, float(i))
+        convs.done(100 + i)
+        recent = contexts[max(0, i + 1 - MAX_CONVERSATIONS) : i + 1]
+        assert convs.context_tokens(float(i), 3600.0) == max(recent)
+        assert len(convs) <= MAX_CONVERSATIONS
+
+
+def test_parallel_sub_agents_count_beside_their_waiting_parent() -> None:
+    convs = Conversations()
+    convs.start(PARENT)
+    convs.complete(PARENT, 100_000, 0.0)
+    convs.done(PARENT)  # the parent waits for its sub-agents
+    convs.start(SUB1)
+    convs.start(SUB2)
+    assert convs.context_tokens(1.0, 300.0) == 100_000  # their contexts are not known yet
+    # Their first requests complete (the router accounts a request before it ends).
+    convs.complete(SUB1, 30_000, 50.0)
+    convs.complete(SUB2, 40_000, 50.0)
+    assert convs.context_tokens(50.0, 300.0) == 100_000 + 30_000 + 40_000
+    convs.done(SUB1)
+    convs.done(SUB2)
+    convs.start(SUB1)
+    convs.start(SUB2)  # both run again beside the waiting parent
+    assert convs.context_tokens(60.0, 300.0) == 100_000 + 30_000 + 40_000
+    convs.done(SUB1)
+    convs.done(SUB2)
+    assert convs.context_tokens(60.0, 300.0) == 100_000  # the largest idle one
+    assert convs.live(60.0, 300.0) == 3
+    # The parent came back within the window: its own context, as the paper's C_a.
+    convs.start(PARENT)
+    convs.complete(PARENT, 120_000, 200.0)
+    convs.done(PARENT)
+    assert convs.context_tokens(200.0, 300.0) == 120_000
+    # Finished sub-agents stop counting once the window has passed.
+    assert convs.context_tokens(400.0, 300.0) == 120_000
+    assert convs.live(400.0, 300.0) == 1
+
+
+def test_a_side_request_does_not_shrink_c_a() -> None:
+    convs = Conversations()
+    convs.complete(MAIN, 100_000, 0.0)
+    convs.start(TITLE)
+    convs.complete(TITLE, 120, 5.0)
+    convs.done(TITLE)
+    assert convs.latest_tokens() == 120  # what the paper's C_a would be
+    assert convs.context_tokens(5.0, 300.0) == 100_000
+    assert convs.context_of(MAIN) == 100_000 and convs.context_of(NEW) is None
+    # With no window only what runs counts beside the latest: the paper's value.
+    assert convs.context_tokens(5.0, 0.0) == 120
+
+
+def test_bound_keeps_the_latest_and_what_runs() -> None:
+    convs = Conversations()
+    convs.start(RUNNING)
+    convs.complete(LATEST, 5, 0.0)
+    for i in range(3 * MAX_CONVERSATIONS):
+        convs.complete(1000 + i, 1, 0.0)
+        convs.complete(LATEST, 5, 0.0)
+    assert len(convs) == MAX_CONVERSATIONS
+    assert convs.latest == LATEST and convs.context_of(LATEST) == 5
+    assert convs.live(10.0, 0.0) == 2  # the latest, and RUNNING, still in flight
