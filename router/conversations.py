@@ -149,17 +149,20 @@ class Conversations:
         conv.in_flight += 1
 
     def done(self, key: int) -> None:
-        """That request ended (completed, failed or cancelled)."""
+        """That request ended without completing (an error, a client gone)."""
         conv = self._by_key.get(key)
         if conv is not None and conv.in_flight > 0:
             conv.in_flight -= 1
 
     def complete(self, key: int, context_tokens: int, now_s: float) -> None:
-        """A request of ``key`` completed with ``context_tokens`` of context."""
+        """A request of ``key`` completed with ``context_tokens`` of context: it ends
+        here (no :meth:`done` follows), so that its new context is never counted
+        as running beside the one it replaces."""
         conv = self._by_key.get(key)
         if conv is None:
             conv = self._by_key[key] = Conversation()
             self._bound()
+        conv.in_flight = max(0, conv.in_flight - 1)
         conv.context_tokens = context_tokens
         conv.last_end_s = now_s
         self.latest = key

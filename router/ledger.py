@@ -370,7 +370,8 @@ class Ledger:
         self._refresh(agent)
 
     def request_ended(self, agent: Agent, conversation: int = DEFAULT_KEY) -> None:
-        """That request ended, completed or not."""
+        """That request ended without completing (an error answer, a client gone);
+        a completed one ends in :meth:`record_completion`."""
         agent.conversations.done(conversation)
         self._refresh(agent)
 

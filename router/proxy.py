@@ -247,6 +247,7 @@ class Proxy:
         ledger.request_started(agent, conversation)
         prefill = PrefillClaim(agent)
         first = agent.context_tokens is None
+        completed = False
         try:
             if first:
                 # Sized before placement: fleet admission places the newcomer where
@@ -273,14 +274,19 @@ class Proxy:
                 # context, so the turn is accounted before the cancellation goes on.
                 if finished:
                     done = finished[0]
-                    self._account(agent, route, stream, t0, len(body), first, done, conversation)
+                    completed = self._account(
+                        agent, route, stream, t0, len(body), first, done, conversation
+                    )
                 raise
-            self._account(agent, route, stream, t0, len(body), first, outcome, conversation)
+            completed = self._account(
+                agent, route, stream, t0, len(body), first, outcome, conversation
+            )
         finally:
             prefill.done()
             agent.in_flight -= 1
             agent.last_seen_s = clock()
-            ledger.request_ended(agent, conversation)
+            if not completed:  # else the completion already ended it in the ledger
+                ledger.request_ended(agent, conversation)
             agents.request_done(agent)
 
     async def _wait_admission(self, agent: Agent, headers: dict[str, str]) -> float:
@@ -361,15 +367,17 @@ class Proxy:
     def _account(
         self, agent: Agent, route: str, stream: bool, t0: float,
         body_len: int, first: bool, outcome: Outcome, conversation: int,
-    ) -> None:  # fmt: skip
+    ) -> bool:  # fmt: skip
         """Account a finished request; an agent's ``first`` request with usage also
-        teaches the router how many bytes a token takes (:mod:`router.token_ratio`)."""
+        teaches the router how many bytes a token takes (:mod:`router.token_ratio`).
+        True if it completed (and so ended in the ledger, its conversation's new
+        context recorded); False for an error answer."""
         m = self._metrics
         latency = self._clock() - t0
         m.requests.labels(route, str(outcome.status)).inc()
         m.latency.labels(route, "true" if stream else "false").observe(latency)
         if outcome.status != 200:
-            return
+            return False
         inst_name = agent.instance or ""
         usage = outcome.usage
         estimated = usage is None or not usage.complete
@@ -400,3 +408,4 @@ class Proxy:
         admission = self._admission
         if inst is not None and len(admission.queues.get(inst.name, ())):
             admission.pump(inst)
+        return True

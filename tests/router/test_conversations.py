@@ -125,3 +125,49 @@ async def test_with_no_window_only_what_runs_counts_beside_the_latest(
         client.chat.completions.create(model="fake-model", messages=MAIN), timeout=30
     )
     await client.close()
+
+
+async def test_a_sub_agent_request_that_ends_frees_room_at_once(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """While a sub-agent's request runs, its context counts beside the waiting main
+    conversation's (3,004 + 5,004), and a 3,000-token newcomer is held on the
+    10,000-token cache; when that request ends the agent counts 5,004 again and the
+    newcomer is admitted at once, not at the router's next periodic pass (these
+    test routers run none)."""
+    router = await _router(make_router, backend)
+    first = await start_agent(router.url)
+    client = _client(router, first)
+    backend.behaviour.prompt_tokens = 5000
+    await client.chat.completions.create(model="fake-model", messages=MAIN)
+    sub: list[ChatCompletionMessageParam] = [
+        {"role": "system", "content": "You are a search sub-agent."},
+        {"role": "user", "content": "Find where the flag is parsed."},
+    ]
+    backend.behaviour.prompt_tokens = 3000
+    await client.chat.completions.create(model="fake-model", messages=sub)
+    ledger = router.core.ledger
+    assert ledger.usage_tokens("i0") == 5_004  # the sub-agent idles: the largest counts
+    backend.behaviour.gate = asyncio.Event()
+    running = asyncio.ensure_future(
+        client.chat.completions.create(model="fake-model", messages=sub)
+    )
+    newcomer = await start_agent(router.url)
+    other = _client(router, newcomer)
+    held = asyncio.ensure_future(
+        other.chat.completions.create(
+            model="fake-model",
+            messages=[{"role": "user", "content": "word " * 2400}],  # ≈ 3,000 tokens
+        )
+    )
+    try:
+        adm = router.core.admission
+        await adm.wait_until(lambda: newcomer.split(".")[1] in adm.queue("i0"))
+        assert ledger.usage_tokens("i0") == 3_004 + 5_004
+    finally:
+        backend.behaviour.gate.set()
+    await running
+    await asyncio.wait_for(held, timeout=30)
+    assert len(backend.received) == 4
+    await client.close()
+    await other.close()

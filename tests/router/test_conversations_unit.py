@@ -109,13 +109,15 @@ def test_one_conversation_is_the_papers_c_a(events: list[tuple[str, int]], windo
 @given(st.lists(st.integers(1, 200_000), min_size=1, max_size=40))
 def test_a_root_that_changes_every_request_counts_once(contexts: list[int]) -> None:
     """A client whose root is new at every request (a timestamp in its system prompt)
-    is counted as its largest recent request, never once per request."""
+    is counted as its largest recent request, never once per request, also while
+    a request runs and at the moment it completes."""
     convs = Conversations()
     for i, tokens in enumerate(contexts):
-        convs.start(100 + i)
-        convs.complete(100 + i, tokens, float(i))
-        convs.done(100 + i)
         recent = contexts[max(0, i + 1 - MAX_CONVERSATIONS) : i + 1]
+        convs.start(100 + i)  # a new root: nothing of it is known yet
+        if i:
+            assert convs.context_tokens(float(i), 3600.0) == max(contexts[max(0, i - 15) : i])
+        convs.complete(100 + i, tokens, float(i))  # the request ends with its completion
         assert convs.context_tokens(float(i), 3600.0) == max(recent)
         assert len(convs) <= MAX_CONVERSATIONS
 
@@ -123,28 +125,23 @@ def test_a_root_that_changes_every_request_counts_once(contexts: list[int]) -> N
 def test_parallel_sub_agents_count_beside_their_waiting_parent() -> None:
     convs = Conversations()
     convs.start(PARENT)
-    convs.complete(PARENT, 100_000, 0.0)
-    convs.done(PARENT)  # the parent waits for its sub-agents
+    convs.complete(PARENT, 100_000, 0.0)  # the parent now waits for its sub-agents
     convs.start(SUB1)
     convs.start(SUB2)
     assert convs.context_tokens(1.0, 300.0) == 100_000  # their contexts are not known yet
-    # Their first requests complete (the router accounts a request before it ends).
     convs.complete(SUB1, 30_000, 50.0)
     convs.complete(SUB2, 40_000, 50.0)
-    assert convs.context_tokens(50.0, 300.0) == 100_000 + 30_000 + 40_000
-    convs.done(SUB1)
-    convs.done(SUB2)
+    assert convs.context_tokens(50.0, 300.0) == 100_000  # the largest idle one
     convs.start(SUB1)
     convs.start(SUB2)  # both run again beside the waiting parent
     assert convs.context_tokens(60.0, 300.0) == 100_000 + 30_000 + 40_000
-    convs.done(SUB1)
-    convs.done(SUB2)
-    assert convs.context_tokens(60.0, 300.0) == 100_000  # the largest idle one
-    assert convs.live(60.0, 300.0) == 3
+    convs.done(SUB1)  # one fails, the other completes
+    convs.complete(SUB2, 45_000, 70.0)
+    assert convs.context_tokens(70.0, 300.0) == 100_000
+    assert convs.live(70.0, 300.0) == 3
     # The parent came back within the window: its own context, as the paper's C_a.
     convs.start(PARENT)
     convs.complete(PARENT, 120_000, 200.0)
-    convs.done(PARENT)
     assert convs.context_tokens(200.0, 300.0) == 120_000
     # Finished sub-agents stop counting once the window has passed.
     assert convs.context_tokens(400.0, 300.0) == 120_000
@@ -156,7 +153,6 @@ def test_a_side_request_does_not_shrink_c_a() -> None:
     convs.complete(MAIN, 100_000, 0.0)
     convs.start(TITLE)
     convs.complete(TITLE, 120, 5.0)
-    convs.done(TITLE)
     assert convs.latest_tokens() == 120  # what the paper's C_a would be
     assert convs.context_tokens(5.0, 300.0) == 100_000
     assert convs.context_of(MAIN) == 100_000 and convs.context_of(NEW) is None
