@@ -293,13 +293,15 @@ class AdmissionService:
             return None
         return inst if self.ledger.usage_tokens(name) > inst.capacity_tokens else None
 
-    def hold_overflow(self, agent: Agent) -> bool:
+    def hold_overflow(self, agent: Agent, request_tokens: int | None = None) -> bool:
         """Point 16 (:func:`controllers.admission.holds_overflow`): on a request of an
         admitted agent, after placement's overflow relief found it no other instance,
         whether the request would overflow the instance's KV cache beside the running
         ones; if so the agent goes back to the hold queue (its context stops counting)
         and the request waits for admission as a newcomer's does. Only the agent's
-        sole request in flight: one beside another of its own is already running."""
+        sole request in flight: one beside another of its own is already running.
+        ``request_tokens``: the context the request brings (default: the agent's
+        ``C_a``; the proxy passes its conversation's)."""
         name = agent.instance
         if not agent.admitted or name is None or agent.in_flight != 1:
             return False
@@ -307,7 +309,7 @@ class AdmissionService:
         if inst is None:
             return False  # the common case: nothing more to read
         ledger = self.ledger
-        context = ledger.context_of(agent)
+        context = ledger.context_of(agent) if request_tokens is None else request_tokens
         running = ledger.running_tokens(name, agent)
         if not holds_overflow(context, running, self.gate(inst), self.rule):
             return False

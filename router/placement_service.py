@@ -143,15 +143,19 @@ class PlacementService:
             self.confident.forget(agent.agent_id)  # evidence about the old instance is void
         return inst, placement.admit_now
 
-    def maybe_reassign(self, agent: Agent) -> str | None:
-        """Reassignment on a request of an admitted agent; returns the new instance or None."""
+    def maybe_reassign(self, agent: Agent, request_tokens: int | None = None) -> str | None:
+        """Reassignment on a request of an admitted agent; returns the new instance or None.
+
+        ``request_tokens``: the context the request brings, which overflow relief
+        must fit beside the running requests (default: the agent's ``C_a``); the
+        proxy passes its conversation's (:meth:`Ledger.cached_tokens`)."""
         agent.steps_since_assign += 1
         current = agent.instance
         if current is None or not agent.admitted:
             return None
         if not self.rule.config.enabled:
             return None
-        relief = self._overflow_target(agent, current)
+        relief = self._overflow_target(agent, current, request_tokens)
         if relief is not None:
             decision, reason = ReassignmentDecision(target=relief, reset_counter=True), "overflow"
         elif agent.steps_since_assign < self.interval_requests:
@@ -173,7 +177,9 @@ class PlacementService:
         )
         return decision.target
 
-    def _overflow_target(self, agent: Agent, current: str) -> str | None:
+    def _overflow_target(
+        self, agent: Agent, current: str, request_tokens: int | None = None
+    ) -> str | None:
         """Overflow relief (:func:`controllers.admission.overflow_target`): the
         agent's request would not fit beside those running on ``current``."""
         if not self.rule.config.relieve_overflow:
@@ -184,7 +190,7 @@ class PlacementService:
         return overflow_target(
             agent.agent_id,
             current,
-            ledger.context_of(agent),
+            ledger.context_of(agent) if request_tokens is None else request_tokens,
             ledger.running_tokens(current, agent),
             self.admission.gates(),
             self.admission.rule,

@@ -253,7 +253,7 @@ class Proxy:
                 # Sized before placement: fleet admission places the newcomer where
                 # its prompt is admitted now (controllers/admission.py), bounded.
                 ledger.set_estimate(agent, admission.estimate_tokens(len(body)))
-            self._place(agent)
+            self._place(agent, ledger.cached_tokens(agent, conversation))
             headers = upstream_headers(ex.headers, ident, self._identity_header, request_id)
             if admission.admit_now(agent):
                 held_s = 0.0
@@ -345,11 +345,14 @@ class Proxy:
             ),
         )
 
-    def _place(self, agent: Agent) -> None:
+    def _place(self, agent: Agent, request_tokens: int) -> None:
+        """Place ``agent``'s request; ``request_tokens`` is the context it brings (its
+        conversation's), which overflow relief and the hold-back fit beside the
+        running requests (a harness's side request is not its whole agent)."""
         inst = self._pool.get(agent.instance)
         if inst is not None and inst.eligible:
-            self._placement.maybe_reassign(agent)
-            self._admission.hold_overflow(agent)  # then admit_now waits for room
+            self._placement.maybe_reassign(agent, request_tokens)
+            self._admission.hold_overflow(agent, request_tokens)  # then admit_now waits
             return
         was_admitted = agent.admitted and inst is not None
         newcomer = agent.instance is None

@@ -12,7 +12,14 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from kairos_common.wire import InstanceState
 from router.testing import FakeBackend, RunningRouter
-from tests.router.conftest import StartRouter, agent_key, control, end_agent, start_agent
+from tests.router.conftest import (
+    StartRouter,
+    agent_key,
+    control,
+    end_agent,
+    one_turn,
+    start_agent,
+)
 
 WORDS = "word " * 4000  # 20,000 bytes: 5,000 tokens at the 4 bytes a token learned below
 MAIN: list[ChatCompletionMessageParam] = [
@@ -171,3 +178,43 @@ async def test_a_sub_agent_request_that_ends_frees_room_at_once(
     assert len(backend.received) == 4
     await client.close()
     await other.close()
+
+
+async def test_a_side_request_is_sized_by_its_own_conversation_near_the_cache_edge(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """Two agents have outgrown a 10,000-token cache (5,004 tokens each) and one of
+    them runs. The other's 104-token side conversation fits beside it, so its next
+    side request runs at once: neither held back (control-law point 16) nor moved
+    for its agent's 5,004 tokens, which would not fit (its main turn would wait)."""
+    router = await _router(make_router, backend)
+    a, b = await start_agent(router.url), await start_agent(router.url)
+    backend.behaviour.prompt_tokens = 1000
+    await one_turn(router, a)
+    await one_turn(router, b)
+    side = _client(router, b)
+    backend.behaviour.prompt_tokens = 100
+    await side.chat.completions.create(model="fake-model", messages=SIDE)
+    backend.behaviour.prompt_tokens = 5000
+    await one_turn(router, a)
+    await one_turn(router, b)
+    ledger = router.core.ledger
+    assert ledger.usage_tokens("i0") == 10_008
+    backend.behaviour.gate = asyncio.Event()
+    running = asyncio.ensure_future(one_turn(router, a))
+    backend.behaviour.prompt_tokens = 100
+    try:
+        await backend.wait_received(6)
+        answer = asyncio.ensure_future(
+            side.chat.completions.create(model="fake-model", messages=SIDE)
+        )
+        await backend.wait_received(7)  # reached vLLM beside the running turn
+        agent_b = ledger.get(b.split(".")[1])
+        assert agent_b is not None and agent_b.admitted and agent_b.instance == "i0"
+    finally:
+        backend.behaviour.gate.set()
+    await running
+    await answer
+    await side.close()
+    metrics = router.core.metrics.render().decode()
+    assert "kairos_router_overflow_holds_total{" not in metrics
