@@ -125,6 +125,10 @@ class Conversation:
     last_end_s: float | None = None
     in_flight: int = 0
 
+    def ended_within(self, now_s: float, window_s: float) -> bool:
+        """Did a request of it complete within the last ``window_s``?"""
+        return self.last_end_s is not None and now_s - self.last_end_s <= window_s
+
 
 class Conversations:
     """An agent's conversations, most recently used last (bounded)."""
@@ -141,10 +145,7 @@ class Conversations:
 
     def start(self, key: int) -> None:
         """A request of conversation ``key`` is forwarded."""
-        conv = self._by_key.get(key)
-        if conv is None:
-            conv = self._by_key[key] = Conversation()
-            self._bound()
+        conv = self._get(key)
         self._by_key.move_to_end(key)
         conv.in_flight += 1
 
@@ -158,10 +159,7 @@ class Conversations:
         """A request of ``key`` completed with ``context_tokens`` of context: it ends
         here (no :meth:`done` follows), so that its new context is never counted
         as running beside the one it replaces."""
-        conv = self._by_key.get(key)
-        if conv is None:
-            conv = self._by_key[key] = Conversation()
-            self._bound()
+        conv = self._get(key)
         conv.in_flight = max(0, conv.in_flight - 1)
         conv.context_tokens = context_tokens
         conv.last_end_s = now_s
@@ -187,7 +185,7 @@ class Conversations:
             tokens = conv.context_tokens or 0
             if conv.in_flight:
                 running += tokens
-            elif conv.last_end_s is not None and now_s - conv.last_end_s <= window_s:
+            elif conv.ended_within(now_s, window_s):
                 idle = max(idle, tokens)
         return max(latest, running + idle)
 
@@ -197,10 +195,16 @@ class Conversations:
         return sum(
             1
             for k, c in self._by_key.items()
-            if k == self.latest
-            or c.in_flight
-            or (c.last_end_s is not None and now_s - c.last_end_s <= window_s)
+            if k == self.latest or c.in_flight or c.ended_within(now_s, window_s)
         )
+
+    def _get(self, key: int) -> Conversation:
+        """Conversation ``key``, added (within the bound) if new."""
+        conv = self._by_key.get(key)
+        if conv is None:
+            conv = self._by_key[key] = Conversation()
+            self._bound()
+        return conv
 
     def _bound(self) -> None:
         """Forget the conversation idle longest beyond :data:`MAX_CONVERSATIONS`

@@ -405,8 +405,8 @@ class Ledger:
         context = prompt_tokens + completion_tokens
         now_s = self.clock()
         agent.conversations.complete(conversation, context, now_s)
-        tokens = agent.conversations.context_tokens(now_s, self.conversation_window_s)
-        agent.context_tokens = context if tokens is None else tokens
+        # Never None once a request of it completed.
+        agent.context_tokens = agent.conversations.context_tokens(now_s, self.conversation_window_s)
         agent.context_estimated = estimated
         agent.estimated_context_tokens = None
         agent.max_context_tokens = max(agent.max_context_tokens, context)

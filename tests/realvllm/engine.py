@@ -41,6 +41,16 @@ VLLM_VERSION = "0.32.0"
 BIN = Path(sys.executable).parent
 BLOCK_TOKENS = 128
 """vLLM's KV block on this CPU build: the prefix cache reuses whole blocks."""
+
+
+def reusable_prefix_tokens(prompt_tokens: int) -> int:
+    """The fewest tokens of a ``prompt_tokens`` prefix that vLLM's cache must serve
+    again if the prefix is still there: its whole blocks, less one block of margin
+    (vLLM recomputes at least a prompt's last token, so a prefix that ends on a
+    block boundary loses that block)."""
+    return prompt_tokens // BLOCK_TOKENS * BLOCK_TOKENS - BLOCK_TOKENS
+
+
 _HITS = re.compile(r"^vllm:prefix_cache_hits_total\{[^}]*\}\s+([0-9.eE+]+)$", re.MULTILINE)
 T = TypeVar("T")
 
