@@ -16,6 +16,7 @@ from controllers import (
     UnknownPolicyError,
     make_placement_policy,
 )
+from tests.branches import Branches
 
 CAP = 100
 
@@ -121,21 +122,36 @@ def test_balancing_moves_only_keeps_target_below_source(
     assert d.reset_counter  # the interval was reached either way
 
 
-@given(
-    here=st.integers(0, 1000),
-    there=st.integers(0, 1000),
-    context=st.integers(0, 1000),
-    steps=st.integers(0, 20),
-)
-def test_balancing_moves_never_reverse_the_imbalance(
-    here: int, there: int, context: int, steps: int
-) -> None:
-    """Every move it makes leaves the target below the source; it moves only where
-    the paper's rule would."""
-    cands = [inst("g0", 0, here), inst("g1", 1, there)]
-    c = min(context, here)  # the agent's context is part of its instance's U
-    on = ReassignmentRule(ReassignmentConfig(balancing_moves_only=True))
-    d = on.decide("g0", steps, cands, c)
-    if d.target is not None:
-        assert there + c < here - c
-        assert ReassignmentRule().decide("g0", steps, cands).target == d.target
+@st.composite
+def _paper_moves(draw: st.DrawFn) -> tuple[int, int, int, int]:
+    """(U_source, U_target, C_a, s_a) where Algorithm 3 moves the agent: the
+    interval reached and ``U_i ≥ ρ·U_j``; the agent's context is part of ``U_i``."""
+    there = draw(st.integers(0, 500))
+    here = draw(st.integers(max(1, 2 * there), 1000))
+    return here, there, draw(st.integers(0, here)), draw(st.integers(8, 20))
+
+
+def test_balancing_moves_never_reverse_the_imbalance() -> None:
+    """Where the paper's rule moves an agent, the balancing rule moves it to the same
+    instance exactly when the target stays below the source afterwards, and keeps
+    it otherwise. Both happen often (seeds 1-20, 100 examples each: moved 41-59,
+    kept 41-59)."""
+    branches = Branches()
+    rule = ReassignmentRule(ReassignmentConfig(balancing_moves_only=True))
+
+    @given(_paper_moves())
+    def check(case: tuple[int, int, int, int]) -> None:
+        here, there, c, steps = case
+        cands = [inst("g0", 0, here), inst("g1", 1, there)]
+        assert ReassignmentRule().decide("g0", steps, cands).target == "g1"
+        d = rule.decide("g0", steps, cands, c)
+        if d.target is not None:
+            branches.reached("moved")
+            assert d.target == "g1" and there + c < here - c
+        else:
+            branches.reached("kept")
+            assert there + c >= here - c
+        assert d.reset_counter
+
+    check()
+    branches.require(moved=15, kept=15)
