@@ -88,7 +88,6 @@ class LeaseMetrics:
         self.store_up = Gauge(
             "kairos_router_store_reachable", "1 while the shared store answers.", registry=r
         )
-        self.store_up.set(1)
         self.transitions = Counter(
             "kairos_router_leadership_changes", "Promotions and step-downs.", ["to"], registry=r
         )
@@ -123,6 +122,7 @@ class LeaseKeeper:
         self.advertise_url = advertise_url
         self.timing = timing
         self.metrics = metrics
+        metrics.store_up.set_function(lambda: 1.0 if store.status.reachable else 0.0)
         self._share_secrets = share_secrets
         self._secrets_shared = False
         self.clock = clock
@@ -187,7 +187,6 @@ class LeaseKeeper:
             await asyncio.sleep(self.timing.poll_s if fast else self.timing.renew_s)
 
     def _unreachable(self, exc: StoreUnavailableError) -> None:
-        self.metrics.store_up.set(0)
         if self._reachable_since is not None:
             self._reachable_since = None
             self._outage_seen = True
@@ -198,7 +197,6 @@ class LeaseKeeper:
             self.gate.store_down = True
 
     def _reachable(self) -> None:
-        self.metrics.store_up.set(1)
         if self._reachable_since is None:
             self._reachable_since = self.clock()
             log.info("store_reachable", role="leader" if self.gate.leader else "standby")

@@ -70,7 +70,7 @@ return 0
 """
 
 # KEYS: lease fence agents queues instances records credentials version changes
-# ARGV: lease value, fence, batch (JSON), stream cap
+# ARGV: lease value, fence, batch (JSON), stream cap, writer (router id)
 _WRITE = """
 if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[2] then
   return redis.error_reply('FENCED lease or fence changed')
@@ -92,7 +92,7 @@ for id, rec in pairs(b.records) do redis.call('HSET', KEYS[6], id, rec) end
 for _, id in ipairs(b.records_done) do redis.call('HDEL', KEYS[6], id) end
 for role, digest in pairs(b.credentials) do redis.call('HSETNX', KEYS[7], role, digest) end
 local version = redis.call('INCR', KEYS[8])
-redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[4], '*', 'v', version, 'b', ARGV[3])
+redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[4], '*', 'v', version, 'w', ARGV[5], 'b', ARGV[3])
 return version
 """
 
@@ -301,7 +301,9 @@ class RedisStore:
         k = self.keys
         keys = [k[n] for n in ("lease", "fence", "agents", "queues", "instances", "records",
                                "credentials", "version", "changes")]  # fmt: skip
-        args: list[str | int | bytes] = [held.value, held.fence, batch, STREAM_MAX_ENTRIES]
+        args: list[str | int | bytes] = [
+            held.value, held.fence, batch, STREAM_MAX_ENTRIES, held.router_id
+        ]  # fmt: skip
         try:
             version = await self._call(lambda: self._write(keys, args))
         except StoreUnavailableError:
@@ -337,7 +339,7 @@ class RedisStore:
 
     async def follow(self, position: str, block_ms: int) -> list[tuple[str, int, dict[str, Any]]]:
         """Batches written after ``position`` (blocking up to ``block_ms``):
-        ``(stream id, version, batch)`` each."""
+        ``(stream id, version, batch)`` each (the entry also names its writer, ``w``)."""
         name = self.keys["changes"]
         reply: Any = await self._call(
             lambda: self._redis.xread({name: position}, count=100, block=block_ms)

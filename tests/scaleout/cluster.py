@@ -110,6 +110,7 @@ class Cluster:
     credentials: Path | None = None
     """The first router's credentials directory: what every client uses."""
     stop_file: Path = Path()
+    pause_file: Path = Path()
     generation: int = 0
 
     @property
@@ -180,7 +181,7 @@ class Cluster:
         service = self._service(
             f"idtracker-{k}",
             [str(BIN / "id-tracker"), "--name", f"agent-{k}", "--", sys.executable, str(AGENT),
-             str(log), str(self.stop_file), str(think_s)],
+             str(log), str(self.stop_file), str(think_s), str(self.pause_file)],
             {"KAIROS_ROUTER_URL": self.front_url, "OPENAI_API_KEY": f"sk-real-{k}",
              "KAIROS_CONTROL_TOKEN_FILE": str(self.credentials / "lifecycle.token")},
         )  # fmt: skip
@@ -200,10 +201,47 @@ class Cluster:
 
         return asyncio.run(read())
 
+    def pause_agents(self) -> None:
+        """Agents send nothing more; returns once every one has finished its request
+        in flight and says it is paused."""
+        self.pause_file.touch()
+        wait_for("agents to pause", lambda: all(
+            Path(f"{a.log}.paused").exists() for a in self.agents if a.service.running()
+        ), 30)  # fmt: skip
+
+    def resume_agents(self) -> None:
+        self.pause_file.unlink(missing_ok=True)
+        wait_for("agents to go on", lambda: not any(
+            Path(f"{a.log}.paused").exists() for a in self.agents
+        ), 30)  # fmt: skip
+
+    def stream_writers(self, after_id: str = "0-0") -> list[tuple[str, str]]:
+        """``(stream id, writer router id)`` of every batch in the store's change stream."""
+
+        async def read() -> list[tuple[str, str]]:
+            store = RedisStore(self.redis.url)
+            try:
+                entries = await store._redis.xrange(store.keys["changes"], min=f"({after_id}")
+                return [(i, f.get("w", "")) for i, f in entries]
+            finally:
+                await store.close()
+
+        return asyncio.run(read())
+
     def stop_agents(self, timeout_s: float = 30) -> None:
         self.stop_file.touch()
         wait_for("agents to end", lambda: not any(a.service.running() for a in self.agents),
                  timeout_s)  # fmt: skip
+
+
+def first_success_after(cluster: Cluster, t_s: float) -> dict[str, float]:
+    """Per agent: when its first request that succeeded after ``t_s`` ended."""
+    out = {}
+    for agent in cluster.agents:
+        done = [e["t1"] for e in agent.entries() if e.get("ok") and e["t1"] > t_s]
+        if done:
+            out[agent.name] = min(done)
+    return out
 
 
 @contextlib.contextmanager
@@ -211,7 +249,8 @@ def running_cluster(workdir: Path, *, agents: int, think_s: float = 0.2) -> Iter
     """Redis, two fake vLLMs, router pair (a leads), HAProxy, two kairosd, ``agents``
     agents streaming through id-tracker; everything stopped on exit."""
     with redis_server(workdir) as redis:
-        cluster = Cluster(workdir, redis, stop_file=workdir / "stop-agents")
+        cluster = Cluster(workdir, redis, stop_file=workdir / "stop-agents",
+                          pause_file=workdir / "pause-agents")  # fmt: skip
         try:
             for i in range(2):
                 cluster.start_vllm(i)

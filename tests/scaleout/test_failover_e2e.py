@@ -21,23 +21,13 @@ from pathlib import Path
 import pytest
 
 from reporting.records import AgentRecord, read_records
-from tests.scaleout.cluster import Cluster, running_cluster, wait_for
+from tests.scaleout.cluster import first_success_after, running_cluster, wait_for
 from tests.scaleout.services import HAPROXY, REDIS_SERVER, skip_unless
 
 pytestmark = [pytest.mark.scaleout, pytest.mark.e2e, pytest.mark.timeout(600)]
 AGENTS = 20
 KILLS = int(os.environ.get("KAIROS_SCALEOUT_KILLS", "5"))
 BOUND_S = 5.0
-
-
-def first_success_after(cluster: Cluster, t_s: float) -> dict[str, float]:
-    """Per agent: when its first request that succeeded after ``t_s`` ended."""
-    out = {}
-    for agent in cluster.agents:
-        done = [e["t1"] for e in agent.entries() if e.get("ok") and e["t1"] > t_s]
-        if done:
-            out[agent.name] = min(done)
-    return out
 
 
 def test_sigkill_the_leader_five_times(tmp_path: Path) -> None:

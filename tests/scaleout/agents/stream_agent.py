@@ -2,7 +2,10 @@
 configured only by its environment (id-tracker sets it), with the SDK's default
 retries, until STOP_FILE exists.
 
-usage: stream_agent.py LOG_FILE STOP_FILE [THINK_S]
+usage: stream_agent.py LOG_FILE STOP_FILE [THINK_S [PAUSE_FILE]]
+
+While PAUSE_FILE exists it sends nothing (a quiet moment to compare states), and
+says so with a file LOG_FILE.paused (removed when it goes on).
 
 Appends one JSON line per request to LOG_FILE: ``t0``/``t1`` (wall clock),
 ``ok``, and the usage the backend reported (``prompt``, ``completion``), or the
@@ -22,12 +25,19 @@ import openai
 def main() -> int:
     log_path, stop_file = sys.argv[1], sys.argv[2]
     think_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.2
+    pause_file = sys.argv[4] if len(sys.argv) > 4 else None
     client = openai.OpenAI()  # default retries: what an agent harness gets
     model = os.environ.get("SCALEOUT_MODEL", "Qwen/Qwen3-Coder-30B-A3B-Instruct-FP8")
     agent_id = os.environ.get("KAIROS_AGENT_ID")
     turn = 0
     with open(log_path, "a", encoding="utf-8") as log:
         while not os.path.exists(stop_file):
+            if pause_file is not None and os.path.exists(pause_file):
+                open(log_path + ".paused", "w").close()
+                time.sleep(0.05)
+                continue
+            if os.path.exists(log_path + ".paused"):
+                os.unlink(log_path + ".paused")
             turn += 1
             t0 = time.time()
             entry: dict[str, object] = {"t0": t0, "turn": turn, "agent_id": agent_id}
