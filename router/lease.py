@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from router.errors import FencedError, RouterError, StateStoreError, StoreUnavailableError
 from router.leadership import LeaderGate
-from router.redis_store import Lease, RedisStore, apply_batch
+from router.redis_store import Lease, RedisStore, apply_summary
 from router.store import Snapshot
 
 log = structlog.get_logger("kairos.router.lease")
@@ -360,11 +360,17 @@ class LeaseKeeper:
             self._view_version = self.store.status.version
             return
         block_ms = max(1, round(self.timing.poll_s * 1000))
-        for entry_id, version, batch in await self.store.follow(self._position, block_ms):
+        entries = await self.store.follow(self._position, block_ms)
+        if not entries:
+            return
+        rows = sorted({i for _, _, b in entries for i in b.get("rows") or ()})
+        records = sorted({i for _, _, b in entries for i in b.get("records") or ()})
+        current_rows, current_records = await self.store.current(rows, records)
+        for entry_id, version, batch in entries:
             if version != self._view_version + 1:
                 self.view = None  # fell behind the stream's cap, or the store restarted
                 return
-            apply_batch(self.view, batch)
+            apply_summary(self.view, batch, current_rows, current_records)
             self._position, self._view_version = entry_id, version
 
 

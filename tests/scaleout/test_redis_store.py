@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from router.errors import FencedError, StoreUnavailableError
-from router.redis_store import RedisStore, apply_batch
+from router.redis_store import RedisStore, apply_summary
 from router.store import Changes, Snapshot
 from simulator.stack import free_port
 from tests.scaleout.services import RedisServer
@@ -66,8 +66,12 @@ async def test_a_batch_reads_back_whole_and_through_the_stream(redis: RedisServe
         assert snap.agents == [_row("y")]
         assert snap.queues == {} and snap.records == []
         assert snap.instances == {"i0": {"url": "http://h:1", "draining": False}}
-        for _id, _version, batch in await reader.follow(position, 100):
-            apply_batch(view, batch)
+        entries = await reader.follow(position, 100)
+        assert [v for _, v, _ in entries] == [1, 2]
+        ids = sorted({i for _, _, b in entries for i in b["rows"]})
+        rows, records = await reader.current(ids, ["z"])
+        for _id, _version, batch in entries:
+            apply_summary(view, batch, rows, records)
         assert (view.agents, view.queues, view.instances) == (
             snap.agents,
             snap.queues,
@@ -106,7 +110,7 @@ async def test_an_unreachable_redis_is_a_store_unavailable_error() -> None:
         await store.close()
 
 
-def test_snapshot_view_starts_empty() -> None:
-    view = Snapshot()
-    apply_batch(view, {"rows": {"a": '{"agent_id": "a"}'}, "deleted": []})
-    assert view.agents == [{"agent_id": "a"}]
+def test_a_row_gone_since_its_entry_leaves_the_view() -> None:
+    view = Snapshot(agents=[{"agent_id": "a"}])
+    apply_summary(view, {"rows": ["a", "b"], "deleted": []}, {"a": None, "b": {"agent_id": "b"}}, {})
+    assert view.agents == [{"agent_id": "b"}]
