@@ -134,6 +134,7 @@ class LeaseKeeper:
         self._view_version = 0
         self.last_promotion: dict[str, object] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._kicked = asyncio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -316,10 +317,17 @@ class LeaseKeeper:
 
     # -- the flusher ------------------------------------------------------------------------
 
+    def kick(self) -> None:
+        """Write soon, without waiting for the next interval (an agent was assigned
+        an instance: a takeover must find it where it is)."""
+        self._kicked.set()
+
     async def _flush(self) -> None:
         failing = False
         while True:
-            await asyncio.sleep(self.timing.flush_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kicked.wait(), self.timing.flush_interval_s)
+            self._kicked.clear()
             if not self.gate.leader or self.store.lease is None:
                 continue
             try:

@@ -140,7 +140,8 @@ def encode_batch(changes: Changes, credentials: dict[str, str]) -> tuple[bytes, 
     that Redis's cjson never re-encodes them: it would turn ``[]`` into ``{}``),
     and its summary for the change stream (what changed, by id)."""
     queues = {
-        name: orjson.dumps(order).decode() if order else "" for name, order in changes.queues.items()
+        name: orjson.dumps(order).decode() if order else ""
+        for name, order in changes.queues.items()
     }
     instances = {n: orjson.dumps(e).decode() for n, e in changes.instances.items()}
     batch = {
@@ -160,7 +161,10 @@ def encode_batch(changes: Changes, credentials: dict[str, str]) -> tuple[bytes, 
 
 
 def apply_summary(
-    view: Snapshot, batch: dict[str, Any], rows: dict[str, Row | None], records: dict[str, Row | None]
+    view: Snapshot,
+    batch: dict[str, Any],
+    rows: dict[str, Row | None],
+    records: dict[str, Row | None],
 ) -> None:
     """Apply one change-stream entry to a standby's ``view``; ``rows`` and ``records``
     are the store's current values of the ids it names (None: gone since)."""

@@ -37,6 +37,9 @@ class RecordJournal:
         self.added: dict[str, Row] = {}
         self.done: set[str] = set()
         self._stored: dict[str, Row] = {}
+        self.on_written: Callable[[], None] = lambda: None
+        """Called when a stored record reached a file: its deletion should be written
+        at once (until then a takeover would write it again)."""
 
     def ended(self, record: AgentRecord) -> None:
         """``record`` will be written (now, or once its energy is attributed)."""
@@ -48,6 +51,7 @@ class RecordJournal:
         self.added.pop(agent_id, None)
         if agent_id in self._stored:
             self.done.add(agent_id)
+            self.on_written()
 
     def restored(self, agent_id: str, row: Row) -> None:
         """A record the store holds (the previous leader's), written by us now."""

@@ -52,7 +52,9 @@ CELLS = (("false", 1), ("true", 1), ("false", 64), ("true", 64))
 TARGETS = ("kairos-sqlite", "kairos-redis")
 
 
-def rows_of(rows: list[dict[str, Any]], target: str, stream: str, conc: int) -> list[dict[str, Any]]:
+def rows_of(
+    rows: list[dict[str, Any]], target: str, stream: str, conc: int
+) -> list[dict[str, Any]]:
     return [r for r in rows if (r["target"], str(r["stream"]).lower(), r["concurrency"])
             == (target, stream, conc)]  # fmt: skip
 
@@ -62,7 +64,9 @@ def median(values: list[float | None]) -> float | None:
     return statistics.median(known) if known else None
 
 
-def value(rows: list[dict[str, Any]], target: str, stream: str, conc: int, key: str) -> float | None:
+def value(
+    rows: list[dict[str, Any]], target: str, stream: str, conc: int, key: str
+) -> float | None:
     """The median over rounds of ``key`` (``cpu_us``: router CPU per request)."""
     found = rows_of(rows, target, stream, conc)
     if key == "cpu_us":

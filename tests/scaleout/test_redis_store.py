@@ -112,5 +112,7 @@ async def test_an_unreachable_redis_is_a_store_unavailable_error() -> None:
 
 def test_a_row_gone_since_its_entry_leaves_the_view() -> None:
     view = Snapshot(agents=[{"agent_id": "a"}])
-    apply_summary(view, {"rows": ["a", "b"], "deleted": []}, {"a": None, "b": {"agent_id": "b"}}, {})
+    apply_summary(
+        view, {"rows": ["a", "b"], "deleted": []}, {"a": None, "b": {"agent_id": "b"}}, {}
+    )
     assert view.agents == [{"agent_id": "b"}]
