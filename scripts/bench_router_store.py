@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from scripts.bench_router_sidebyside import cpu_us, fmt
+from scripts.bench_router_sidebyside import cpu_us, fmt, write_doc
 from simulator.stack import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -103,16 +103,6 @@ def render(rows: list[dict[str, Any]], meta: dict[str, str]) -> str:
                      f"{fmt(cap[1], '.0f')} | |")  # fmt: skip
     notes = "\n".join(f"{k}: {v}" for k, v in meta.items())
     return f"{START}\n```\n{notes}\n```\n\n" + "\n".join(lines) + f"\n{END}"
-
-
-def write_doc(block: str) -> None:
-    text = DOC.read_text()
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        text = before + block + rest.split(END, 1)[1]
-    else:
-        text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(text)
 
 
 def start_redis(workdir: Path, cpu: int) -> tuple[subprocess.Popen[bytes], int]:
@@ -182,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     block = render(summary["rows"], meta)
     print(block)
     if not args.no_doc:
-        write_doc(block)
+        write_doc(block, DOC, START, END)
     return done.returncode
 
 

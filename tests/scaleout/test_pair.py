@@ -6,7 +6,6 @@ the standby takes over its agents, its identities and its credentials."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +21,11 @@ from kairos_common.wire import (
     is_not_leader,
 )
 from router.testing import FakeBackend, RunningRouter, start_router
+from tests.router.conftest import backend  # noqa: F401 (a fixture)
 from tests.scaleout.services import RedisServer
 
 pytestmark = pytest.mark.scaleout
 CHAT = {"model": "fake-model", "messages": [{"role": "user", "content": "hi"}]}
-
-
-@pytest.fixture
-async def backend() -> AsyncIterator[FakeBackend]:
-    fake = FakeBackend()
-    await fake.start()
-    yield fake
-    await fake.stop()
 
 
 async def _ready(session: aiohttp.ClientSession, url: str) -> tuple[int, dict[str, Any]]:
@@ -48,7 +40,9 @@ async def _until_ready(session: aiohttp.ClientSession, url: str, timeout_s: floa
 
 
 async def test_standby_refuses_then_takes_over_agents_identities_and_credentials(
-    redis: RedisServer, backend: FakeBackend, tmp_path: Path
+    redis: RedisServer,
+    backend: FakeBackend,  # noqa: F811 (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
     common = {"store": redis.url, "leader_lease_s": 1.0}
     a = await start_router([backend.url], tmp_path / "a", advertise_url="http://a.example:1",
