@@ -196,6 +196,8 @@ class LeaseKeeper:
             log.error("store_unreachable", role=role, error=str(exc), hint=hint)
         if self.gate.leader:
             self.gate.store_down = True
+        else:
+            self.gate.reason = "store unreachable: a standby does not promote without it"
 
     def _reachable(self) -> None:
         if self._reachable_since is None:
@@ -237,7 +239,7 @@ class LeaseKeeper:
         self._reachable()
         if lease is not None:
             self.gate.leader_url = lease.url or None
-            if self.gate.reason in ("", "starting", "store unreachable"):
+            if not self.gate.reason.startswith(("fenced", "lease taken")):
                 self.gate.reason = f"standby: {lease.router_id} leads"
             return
         since = self._reachable_since if self._reachable_since is not None else now
@@ -277,6 +279,7 @@ class LeaseKeeper:
     async def _promote(self, lease: Lease, sent_s: float) -> None:
         t0 = self.clock()
         try:
+            await self._share_secrets(self.store)  # digests of routers started since
             snap, position = await self.store.load_with_position()
         except StoreUnavailableError as exc:
             self._unreachable(exc)
