@@ -14,8 +14,10 @@ store ever sees).
 It prints, and writes into ``docs/scale-out.md`` between the ``bench-store``
 markers: added p50 at one client and req/s at 64 clients for JSON and
 streaming, router CPU per request, the two bars (Redis's added p50 within 0.2 ms
-of SQLite's; Redis's req/s at 64 clients ≥ 0.9× SQLite's), and the requests/s one
-router sustains at 100 % of its core (10⁶ / CPU µs per request at 64 clients).
+of SQLite's; Redis's req/s at 64 clients ≥ 0.9× SQLite's, each compared within
+a round), the requests/s one router sustains at 100 % of its core (10⁶ / CPU µs
+per request at 64 clients), and what one write of N dirty agents costs the
+router's process with either store (in-process, after the harness).
 
     .venv/bin/python scripts/bench_router_store.py --rounds 3        # ~5 minutes
     .venv/bin/python scripts/bench_router_store.py --rounds 1 --no-doc
@@ -26,6 +28,7 @@ Needs ``redis-server`` on PATH (``make test`` installs it where it can).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shlex
@@ -38,6 +41,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kairos_common.logs import configure_logging
+from router.redis_store import RedisStore
+from router.store import SqliteStore
 from scripts.bench_router_sidebyside import cpu_us, fmt, write_doc
 from simulator.stack import free_port
 
@@ -50,6 +56,7 @@ KAIROS = (
 )
 CELLS = (("false", 1), ("true", 1), ("false", 64), ("true", 64))
 TARGETS = ("kairos-sqlite", "kairos-redis")
+Rows = list[dict[str, Any]]
 
 
 def rows_of(
@@ -74,8 +81,45 @@ def value(
     return median([r.get(key) for r in found])
 
 
-def render(rows: list[dict[str, Any]], meta: dict[str, str]) -> str:
-    lines = ["| cell | SQLite store | Redis store | Redis vs SQLite |", "|---|---|---|---|"]
+def per_round(results: Path) -> Rows:
+    """One row per (round, target, cell) from the harness's results, with the added
+    p50 against ``direct`` in the same round and cell."""
+    raw = [json.loads(line) for line in results.read_text().splitlines() if line.strip()]
+    direct = {(r["round"], r["stream"], r["concurrency"]): r["lat_ms"]["p50"]
+              for r in raw if r["target"] == "direct" and r.get("lat_ms")}  # fmt: skip
+    rows = []
+    for r in raw:
+        if r["target"] == "direct" or not r.get("lat_ms"):
+            continue
+        base = direct.get((r["round"], r["stream"], r["concurrency"]))
+        rows.append({
+            "target": r["target"], "stream": r["stream"], "concurrency": r["concurrency"],
+            "round": r["round"], "rps": r["rps"], "proxy_cpu_pct": r.get("proxy_cpu_pct"),
+            "overhead_p50_ms": None if base is None else r["lat_ms"]["p50"] - base,
+        })  # fmt: skip
+    return rows
+
+
+def paired(rows: Rows, stream: str, conc: int, key: str) -> float | None:
+    """Median over rounds of Redis against SQLite measured in the same round (the
+    difference of added p50, the ratio of req/s): rounds alternate the targets, so
+    a pair shares the machine's load of the moment."""
+    by_round: dict[int, dict[str, float]] = {}
+    for target in TARGETS:
+        for row in rows_of(rows, target, stream, conc):
+            if row.get(key) is not None:
+                by_round.setdefault(int(row.get("round", 0)), {})[target] = float(row[key])
+    pairs = [v for v in by_round.values() if len(v) == 2]
+    if conc == 1:
+        return median([v["kairos-redis"] - v["kairos-sqlite"] for v in pairs])
+    return median([v["kairos-redis"] / v["kairos-sqlite"] for v in pairs if v["kairos-sqlite"]])
+
+
+def render(rows: list[dict[str, Any]], meta: dict[str, str], flush: list[str]) -> str:
+    lines = [
+        "| cell | SQLite store | Redis store | Redis vs SQLite, same round (median) |",
+        "|---|---|---|---|",
+    ]
     for stream, conc in CELLS:
         mode = "stream" if stream == "true" else "JSON"
         if conc == 1:
@@ -83,12 +127,13 @@ def render(rows: list[dict[str, Any]], meta: dict[str, str]) -> str:
         else:
             key, label, spec = "rps", f"req/s, 64 clients, {mode}", ".0f"
         s, r = (value(rows, t, stream, conc, key) for t in TARGETS)
-        if s is None or r is None:
+        pair = paired(rows, stream, conc, key)
+        if pair is None:
             versus = "—"
         elif conc == 1:
-            versus = f"{r - s:+.2f} ms (bar: ≤ +0.20)"
+            versus = f"{pair:+.2f} ms (bar: ≤ +0.20)"
         else:
-            versus = f"{r / s:.2f}× (bar: ≥ 0.90×)"
+            versus = f"{pair:.2f}× (bar: ≥ 0.90×)"
         lines.append(f"| {label} | {fmt(s, spec)} | {fmt(r, spec)} | {versus} |")
     for stream, conc in CELLS:
         mode = "stream" if stream == "true" else "JSON"
@@ -102,7 +147,8 @@ def render(rows: list[dict[str, Any]], meta: dict[str, str]) -> str:
         lines.append(f"| req/s at 100 % of one core, {mode} | {fmt(cap[0], '.0f')} | "
                      f"{fmt(cap[1], '.0f')} | |")  # fmt: skip
     notes = "\n".join(f"{k}: {v}" for k, v in meta.items())
-    return f"{START}\n```\n{notes}\n```\n\n" + "\n".join(lines) + f"\n{END}"
+    tables = "\n".join(lines) + "\n\nWhat one write of the changes costs the router (CPU):\n\n"
+    return f"{START}\n```\n{notes}\n```\n\n" + tables + "\n".join(flush) + f"\n{END}"
 
 
 def start_redis(workdir: Path, cpu: int) -> tuple[subprocess.Popen[bytes], int]:
@@ -121,6 +167,44 @@ def start_redis(workdir: Path, cpu: int) -> tuple[subprocess.Popen[bytes], int]:
         time.sleep(0.05)
     proc.kill()
     raise SystemExit("redis-server did not start")
+
+
+async def _flush_cost(store: Any, agents: int, flushes: int) -> float:
+    """Router CPU µs one write of ``agents`` dirty agents costs (process CPU: the
+    SQLite store's worker thread included; Redis's own work is not in it)."""
+    from kairos_common.wire import AgentStart
+    from router.config import RouterConfig
+    from router.core import RouterCore
+
+    core = RouterCore(RouterConfig(backends=("i0=http://127.0.0.1:9",)), secret=None,
+                      store=store, records=None)  # fmt: skip
+    if isinstance(store, RedisStore):
+        await store.try_acquire("bench", "", 60_000)
+    for _ in range(agents):
+        core.agents.start(AgentStart(name="bench"))
+    await core.persist()
+    ids = list(core.ledger.agents)
+    t0 = time.process_time()
+    for _ in range(flushes):
+        core.ledger.dirty.update(ids)
+        await core.persist()
+    spent = time.process_time() - t0
+    await store.close()
+    return spent / flushes * 1e6
+
+
+def flush_costs(redis_port: int, workdir: Path) -> list[str]:
+    """Table rows: CPU per write by dirty agents, SQLite and Redis stores."""
+    configure_logging("warning", False)  # not one agent_started line per agent
+    lines = ["| dirty agents per write | SQLite store, µs | Redis store, µs |", "|---|---|---|"]
+    for n in (1, 64, 1000, 10_000):
+        k = max(5, 2000 // n)
+        sqlite = asyncio.run(_flush_cost(SqliteStore(workdir / f"flush-{n}.sqlite3"), n, k))
+        redis = asyncio.run(
+            _flush_cost(RedisStore(f"redis://127.0.0.1:{redis_port}/0", prefix=f"bench{n}"), n, k)
+        )
+        lines.append(f"| {n} | {sqlite:.0f} | {redis:.0f} |")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -157,10 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         done = subprocess.run(cmd, check=False, timeout=3600)
         load_after = os.getloadavg()
+        flush = flush_costs(port, out)
     finally:
         redis.terminate()
         redis.wait(10)
     summary = json.loads((out / "summary.json").read_text())
+    rounds = per_round(out / "results.jsonl")
     meta = {
         "command": "python scripts/bench_router_store.py "
         + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
@@ -169,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "medians over rounds",
         "failures": "; ".join(summary.get("failures") or []) or "none",
     }
-    block = render(summary["rows"], meta)
+    block = render(rounds, meta, flush)
     print(block)
     if not args.no_doc:
         write_doc(block, DOC, START, END)
