@@ -281,9 +281,16 @@ class LeaseKeeper:
         try:
             await self._share_secrets(self.store)  # digests of routers started since
             snap, position = await self.store.load_with_position()
+            # Renewed after the read (a large cell's read takes a while), so that the
+            # lease outlives the apply below and the first renewal after it.
+            sent_s = self.clock()
+            holder = await self.store.renew(self.timing.lease_ms)
         except StoreUnavailableError as exc:
             self._unreachable(exc)
             return  # the lease lapses unrenewed; whoever can read the store takes it
+        if holder is None or holder.value != lease.value:
+            self.step_down("lease lost while reading the state", holder)
+            return
         drift = _drift(self.view, snap) if self.view is not None else None
         self.holder.drop_state(self.gate.refusal())
         restored = self.holder.apply(snap)
