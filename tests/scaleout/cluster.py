@@ -47,6 +47,9 @@ class Router:
     service: Service
     port: int
     state: Path
+    slot: str = ""
+    """HAProxy's server name for it (``a`` or ``b``)."""
+    started_s: float = 0.0
 
     @property
     def url(self) -> str:
@@ -145,8 +148,9 @@ class Cluster:
                 "--log-json", "--run", "scaleout"]  # fmt: skip
         for i, url in enumerate(self.vllm_urls):
             argv += ["--backend", f"i{i}={url}"]
+        started_s = time.time()
         service = self._service(f"router-{slot}-{self.generation}", argv, env)
-        router = Router(service, port, state)
+        router = Router(service, port, state, slot, started_s)
         self.routers[slot] = router
         wait_for(f"router {slot} to answer", lambda: router.ready() is not None, 30)
         if self.credentials is None:

@@ -8,8 +8,9 @@ While PAUSE_FILE exists it sends nothing (a quiet moment to compare states), and
 says so with a file LOG_FILE.paused (removed when it goes on).
 
 Appends one JSON line per request to LOG_FILE: ``t0``/``t1`` (wall clock),
-``ok``, and the usage the backend reported (``prompt``, ``completion``), or the
-error. Exits 0.
+``ok``, the usage the backend reported (``prompt``, ``completion``) and which
+router answered (``served_by``, HAProxy's ``X-Kairos-Router``), or the error.
+Exits 0.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main() -> int:
             t0 = time.time()
             entry: dict[str, object] = {"t0": t0, "turn": turn, "agent_id": agent_id}
             try:
-                stream = client.chat.completions.create(
+                raw = client.chat.completions.with_raw_response.create(
                     model=model,
                     messages=[
                         {"role": "system", "content": "You are a test agent."},
@@ -52,6 +53,8 @@ def main() -> int:
                     stream=True,
                     stream_options={"include_usage": True},
                 )
+                entry["served_by"] = raw.headers.get("x-kairos-router")
+                stream = raw.parse()
                 usage = None
                 for chunk in stream:
                     if chunk.usage is not None:
