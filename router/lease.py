@@ -31,7 +31,13 @@ from typing import Any, Protocol
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from router.errors import FencedError, RouterError, StateStoreError, StoreUnavailableError
+from router.errors import (
+    FencedError,
+    LeaseLapsedError,
+    RouterError,
+    StateStoreError,
+    StoreUnavailableError,
+)
 from router.leadership import LeaderGate
 from router.redis_store import Lease, RedisStore, apply_summary
 from router.store import Snapshot
@@ -271,7 +277,7 @@ class LeaseKeeper:
     async def _write_back(self) -> None:
         try:
             await self.holder.persist(full=True)
-        except StoreUnavailableError:
+        except (StoreUnavailableError, LeaseLapsedError):
             return  # the flusher retries the full write
         self._need_full = False
         log.info("state_written_back", version=self.store.status.version)
@@ -345,8 +351,8 @@ class LeaseKeeper:
             except StoreUnavailableError:
                 self.metrics.write_failures.labels("unreachable").inc()
                 continue  # the election loop says so once and retries
-            except FencedError:
-                continue  # on_fenced stepped down
+            except (FencedError, LeaseLapsedError):
+                continue  # on_fenced stepped down; or the next write carries the new lease
             except StateStoreError as exc:
                 self.metrics.write_failures.labels("error").inc()
                 if not failing:

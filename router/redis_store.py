@@ -24,7 +24,9 @@ the writer's, so a router whose lease was taken over (it was paused, partitioned
 is refused, atomically with the batch it tried to apply: there is no window
 between the check and the write. Redis errors are translated here:
 :class:`~router.errors.StoreUnavailableError` when Redis does not answer,
-:class:`~router.errors.FencedError` when the fence refuses,
+:class:`~router.errors.FencedError` when another router took the lease (or the
+fence moved), :class:`~router.errors.LeaseLapsedError` when the writer's lease
+only lapsed (Redis was away or restarted; nobody else holds it),
 :class:`~router.errors.StateStoreError` otherwise.
 """
 
@@ -39,7 +41,12 @@ import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from router.errors import FencedError, StateStoreError, StoreUnavailableError
+from router.errors import (
+    FencedError,
+    LeaseLapsedError,
+    StateStoreError,
+    StoreUnavailableError,
+)
 from router.store import Changes, Held, Row, Snapshot
 
 T = TypeVar("T")
@@ -74,7 +81,11 @@ return 0
 # KEYS: lease fence agents queues instances records credentials version changes
 # ARGV: lease value, fence, batch (JSON), stream cap, writer (router id), summary (JSON)
 _WRITE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[2] then
+local held, fence = redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])
+if held ~= ARGV[1] or fence ~= ARGV[2] then
+  if not held and (fence == ARGV[2] or not fence) then
+    return redis.error_reply('LAPSED lease expired and nobody holds it')
+  end
   return redis.error_reply('FENCED lease or fence changed')
 end
 local b = cjson.decode(ARGV[3])
@@ -266,6 +277,8 @@ class RedisStore:
             self.status.reachable = True
             if str(exc).startswith("FENCED"):
                 raise FencedError("the store refused the write: lease taken over") from exc
+            if str(exc).startswith("LAPSED"):
+                raise LeaseLapsedError("the lease lapsed; nobody else holds it") from exc
             raise StateStoreError(f"Redis refused: {_short(exc)}") from exc
         except rx.RedisError as exc:
             raise StateStoreError(f"Redis: {_short(exc)}") from exc
@@ -326,8 +339,13 @@ class RedisStore:
         ]  # fmt: skip
         try:
             version = await self._call(lambda: self._write(keys, args))
-        except StoreUnavailableError:
+        except (StoreUnavailableError, LeaseLapsedError):
             self.pending_credentials = creds | self.pending_credentials
+            raise
+        except FencedError:
+            if self.lease is not None and self.lease is not held:
+                self.pending_credentials = creds | self.pending_credentials
+                raise LeaseLapsedError("written under a lease since renewed") from None
             raise
         self.status.version = int(version)
 

@@ -8,7 +8,7 @@ import asyncio
 
 import pytest
 
-from router.errors import FencedError, StoreUnavailableError
+from router.errors import FencedError, LeaseLapsedError, StoreUnavailableError
 from router.redis_store import RedisStore, apply_summary
 from router.store import Changes, Snapshot
 from simulator.stack import free_port
@@ -116,3 +116,24 @@ def test_a_row_gone_since_its_entry_leaves_the_view() -> None:
         view, {"rows": ["a", "b"], "deleted": []}, {"a": None, "b": {"agent_id": "b"}}, {}
     )
     assert view.agents == [{"agent_id": "b"}]
+
+
+async def test_a_write_sent_under_a_lease_since_renewed_is_not_a_fence(
+    redis: RedisServer,
+) -> None:
+    """Redis came back: the leader's flusher had a write in flight under its lapsed
+    lease while it re-acquired a new one. That refusal must not make it step down."""
+    store = RedisStore(redis.url)
+    try:
+        old, _ = await store.try_acquire("a", "", 60_000)
+        await store._redis.delete(store.keys["lease"])  # lapsed while Redis was away
+        stale = asyncio.create_task(store.write(Changes(rows=[_row("x")])))
+        await asyncio.sleep(0)  # the stale write is on its way under the old lease
+        new, _ = await store.try_acquire("a", "", 60_000)
+        assert old is not None and new is not None and new.fence == old.fence + 1
+        with pytest.raises(LeaseLapsedError):
+            await stale
+        await store.write(Changes(rows=[_row("x")]))  # under the new lease it lands
+        assert [r["agent_id"] for r in (await store.load()).agents] == ["x"]
+    finally:
+        await store.close()
