@@ -255,12 +255,19 @@ class LeaseKeeper:
         await self._acquire(self.clock(), reacquire=False)
 
     async def _acquire(self, sent_s: float, *, reacquire: bool) -> None:
+        mine = self.store.lease
+        after = mine.fence if reacquire and mine is not None else None
         try:
             lease, held = await self.store.try_acquire(
-                self.router_id, self.advertise_url, self.timing.lease_ms
+                self.router_id, self.advertise_url, self.timing.lease_ms, after_fence=after
             )
         except StoreUnavailableError as exc:
             self._unreachable(exc)
+            return
+        except FencedError:
+            # Another router led while this one could not reach the store: what the
+            # store holds is newer than this router's memory.
+            self.step_down("another router led while the store was away")
             return
         if lease is None:
             if reacquire:

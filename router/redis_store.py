@@ -55,9 +55,15 @@ STREAM_MAX_ENTRIES = 200
 standby further behind reads everything again. Entries name what changed, not
 the rows, so the stream stays small whatever the fleet's size."""
 
+# ARGV: router id, URL, lease ms, the fence the caller last held ('' for none): a
+# leader re-acquiring after an outage may only if nobody led meanwhile.
 _ACQUIRE = """
 local held = redis.call('GET', KEYS[1])
 if held then return {0, held} end
+if ARGV[4] ~= '' then
+  local last = redis.call('GET', KEYS[2])
+  if last and last ~= ARGV[4] then return redis.error_reply('FENCED another router led') end
+end
 local fence = redis.call('INCR', KEYS[2])
 local value = fence .. '|' .. ARGV[1] .. '|' .. ARGV[2]
 redis.call('SET', KEYS[1], value, 'PX', ARGV[3])
@@ -292,12 +298,16 @@ class RedisStore:
         return Lease.parse(value) if isinstance(value, str) else None
 
     async def try_acquire(
-        self, router_id: str, url: str, lease_ms: int
+        self, router_id: str, url: str, lease_ms: int, *, after_fence: int | None = None
     ) -> tuple[Lease | None, Lease | None]:
         """Take the lease if nobody holds it, with a new fence: ``(ours, None)``;
-        else ``(None, whoever holds it)``."""
+        else ``(None, whoever holds it)``. ``after_fence``: the fence this router
+        last held; FencedError if another router has led since (its state is newer)."""
         keys = [self.keys["lease"], self.keys["fence"]]
-        fence, value = await self._call(lambda: self._acquire(keys, [router_id, url, lease_ms]))
+        last = "" if after_fence is None else str(after_fence)
+        fence, value = await self._call(
+            lambda: self._acquire(keys, [router_id, url, lease_ms, last])
+        )
         if int(fence) == 0:
             return None, Lease.parse(str(value))
         self.lease = Lease.parse(str(value))

@@ -137,3 +137,25 @@ async def test_a_write_sent_under_a_lease_since_renewed_is_not_a_fence(
         assert [r["agent_id"] for r in (await store.load()).agents] == ["x"]
     finally:
         await store.close()
+
+
+async def test_a_leader_back_from_an_outage_may_not_retake_a_lease_another_held(
+    redis: RedisServer,
+) -> None:
+    """While the old leader could not reach Redis another router led (and its lease
+    lapsed too): the old leader's memory is older than the store, so no write-back."""
+    a, b = RedisStore(redis.url), RedisStore(redis.url)
+    try:
+        old, _ = await a.try_acquire("a", "", 60_000)
+        assert old is not None
+        await a._redis.delete(a.keys["lease"])  # a cut off: its lease lapses
+        led, _ = await b.try_acquire("b", "", 60_000)
+        assert led is not None and led.fence == old.fence + 1
+        await b._redis.delete(b.keys["lease"])  # b dies; its lease lapses too
+        with pytest.raises(FencedError):
+            await a.try_acquire("a", "", 60_000, after_fence=old.fence)
+        back, _ = await b.try_acquire("b", "", 60_000, after_fence=led.fence)
+        assert back is not None  # nobody led since b: b may take it back
+    finally:
+        await a.close()
+        await b.close()
