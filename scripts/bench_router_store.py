@@ -214,6 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--out-dir", type=Path, default=None)
     ap.add_argument("--no-doc", action="store_true", help="print the table, leave docs alone")
+    ap.add_argument("--concurrency", default="1,64", help="cells (a subset: more rounds of one)")
+    ap.add_argument("--stream", default="false,true")
     args = ap.parse_args(argv)
     bench = args.harness / "bench.py"
     if not bench.exists():
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, str(bench)]
         for spec in specs:
             cmd += ["--target", spec]
-        cmd += ["--concurrency", "1,64", "--stream", "false,true", "--duration",
+        cmd += ["--concurrency", args.concurrency, "--stream", args.stream, "--duration",
                 str(args.duration), "--rounds", str(args.rounds), "--out-dir", str(out),
                 # free ports: other benchmarks may hold the harness's defaults
                 "--backend-port", str(free_port()), "--proxy-port", str(free_port())]  # fmt: skip
