@@ -115,6 +115,13 @@ def run(
         float | None,
         typer.Option(help="End agents idle this long without an end signal (default 1800)."),
     ] = None,
+    cell: Annotated[
+        str | None,
+        typer.Option(
+            help="The cell this router serves in a fleet split into cells (docs/cells.md): "
+            "agent ids carry it, identities of other cells are refused. Default: none."
+        ),
+    ] = None,
     log_level: LogLevelOpt = None,
     log_json: LogJsonOpt = None,
     log_console: Annotated[
@@ -132,6 +139,7 @@ def run(
         "run": run_label,
         "anonymous": anonymous,
         "idle_expiry_s": idle_expiry_s,
+        "cell": cell,
         "log_level": log_level,
         "log_json": False if log_console else log_json,
     }

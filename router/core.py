@@ -122,6 +122,7 @@ class RouterCore:
             clock=clock,
             wall_clock=wall_clock,
             energy=self.energy,
+            cell=config.cell,
         )
         self.metrics.attach_state(self.gauges)
         self.fleet: FleetBudgetService | None = None
