@@ -27,16 +27,13 @@ from aiohttp import web
 
 from controllers.cell_room import cell_has_room
 from kairos_common.identity import cell_of
+from kairos_common.wire import CELL_HEADER, REQUIRE_ROOM_HEADER
 from router.admission import AdmissionService
 from router.errors import CellFullError, MisdirectedError
 from router.ledger import Ledger
 
 log = structlog.get_logger("kairos.router.cells")
 
-REQUIRE_ROOM_HEADER = "X-Kairos-Require-Room"
-"""Set by the front balancer on the agent starts it steers to a cell with room."""
-CELL_HEADER = "X-Kairos-Cell"
-"""Sent by a nested id-tracker with its parent's cell, so a sub-agent starts in it."""
 ROOM_PATH = "/health/room"
 DECLINE_RETRY_AFTER_S = 1.0
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from kairos_common.identity import cell_of, compose_key, issue_token, new_agent_id
-from router.cells import REQUIRE_ROOM_HEADER
+from kairos_common.wire import REQUIRE_ROOM_HEADER
 from router.testing import FakeBackend, RunningRouter, role_headers
 from tests.router.conftest import CHAT, StartRouter, control, one_turn, start_agent
 
