@@ -24,10 +24,9 @@ import json
 from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit
 
-NOT_LEADER_CODE = "not_leader"
-"""``error.code`` of a non-leader router's 503."""
-LEADER_HEADER = "X-Kairos-Leader"
-"""The leader's advertised URL, on a non-leader's 503 when it knows it."""
+from kairos_common.wire import LEADER_HEADER, NOT_LEADER_CODE, NOT_LEADER_STATUS
+
+__all__ = ["LEADER_HEADER", "NOT_LEADER_CODE", "RouterUrls", "not_leader_hint", "url_key"]
 
 
 def url_key(url: str) -> str:
@@ -46,7 +45,7 @@ def url_key(url: str) -> str:
 def not_leader_hint(status: int, headers: Mapping[str, str], body: bytes) -> str | None:
     """The leader header of a ``not_leader`` 503 (``""`` when it names none), or
     None when the answer is not a ``not_leader`` 503."""
-    if status != 503:
+    if status != NOT_LEADER_STATUS:
         return None
     try:
         error = json.loads(body).get("error")

@@ -24,6 +24,7 @@ from router.errors import NotFoundError
 from router.instances import InstancePool
 from router.ledger import Agent, Ledger
 from router.metrics import RouterMetrics
+from router.state_sync import RecordJournal
 
 log = structlog.get_logger("kairos.router.agents")
 
@@ -64,6 +65,7 @@ class AgentService:
         run: str = "",
         energy: EnergyService | None = None,
         cell: str | None = None,
+        journal: RecordJournal | None = None,
     ) -> None:
         self.cell = cell
         """Agent ids minted here carry it (kairos_common.identity.new_agent_id)."""
@@ -84,6 +86,8 @@ class AgentService:
         self._one_turn_seq = 0
         self.energy = energy
         """Fills records with attributed energy before they are written (None: no energy)."""
+        self.journal = journal
+        """With a shared store: keeps each record in the store until it is written."""
 
     def _new(self, agent_id: str, *, ephemeral: bool = False, **kw: Any) -> Agent:
         now = self.clock()
@@ -165,6 +169,8 @@ class AgentService:
         if self.records is None and self.energy is None:
             return
         record = self._record(agent, reason, exit_code)
+        if self.journal is not None:
+            self.journal.ended(record)
         if self.energy is not None:
             self.energy.finish(record)  # written once its last joules are attributed
         elif self.records is not None:

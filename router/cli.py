@@ -122,6 +122,20 @@ def run(
             "agent ids carry it, identities of other cells are refused. Default: none."
         ),
     ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="State store: sqlite (default, a file in --state-dir) or redis://HOST:PORT/DB "
+            "(shared by routers that elect a leader; docs/scale-out.md)."
+        ),
+    ] = None,
+    advertise_url: Annotated[
+        str | None,
+        typer.Option(
+            help="This router's URL as clients should reach it (stored with the lease; "
+            "standbys name it in X-Kairos-Leader)."
+        ),
+    ] = None,
     log_level: LogLevelOpt = None,
     log_json: LogJsonOpt = None,
     log_console: Annotated[
@@ -140,6 +154,8 @@ def run(
         "anonymous": anonymous,
         "idle_expiry_s": idle_expiry_s,
         "cell": cell,
+        "store": store,
+        "advertise_url": advertise_url,
         "log_level": log_level,
         "log_json": False if log_console else log_json,
     }

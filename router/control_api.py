@@ -30,7 +30,13 @@ from router.agents import AgentService
 from router.auth import ControlAuth, Role
 from router.cells import CellGuard, CellRoom
 from router.energy import EnergyService
-from router.errors import BadRequestError, ForbiddenError, StateStoreError
+from router.errors import (
+    BadRequestError,
+    FencedError,
+    ForbiddenError,
+    NotLeaderError,
+    StateStoreError,
+)
 from router.fleet_budget import FleetBudgetService
 from router.instances import InstancePool
 from router.json_body import parse_json, read_body
@@ -165,6 +171,12 @@ class ControlApi:
         the maintenance loop retries (and logs) it."""
         try:
             await self._persist()
+        except FencedError:
+            # Another router leads now and never saw this change: the caller must
+            # repeat it there (its client follows the leader on a not_leader answer).
+            raise NotLeaderError(
+                "this router lost its lease before the change was stored"
+            ) from None
         except StateStoreError:
             return
 

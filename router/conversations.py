@@ -198,6 +198,33 @@ class Conversations:
             if k == self.latest or c.in_flight or c.ended_within(now_s, window_s)
         )
 
+    def sizes(self, now_s: float) -> list[list[float]]:
+        """``[key, context_tokens, idle_for_s, is_latest]`` of each conversation with
+        a context, for the store. The keys are this process's string hashes: another
+        router matches a restored conversation by nothing but its size, which is
+        what ``C_a`` needs (its next request starts a conversation of its own)."""
+        return [
+            [k, c.context_tokens, max(0.0, now_s - (c.last_end_s or now_s)), k == self.latest]
+            for k, c in self._by_key.items()
+            if c.context_tokens is not None
+        ]
+
+    @classmethod
+    def from_sizes(cls, sizes: object, now_s: float) -> Conversations:
+        """Rebuild from :meth:`sizes` (anything malformed is dropped)."""
+        out = cls()
+        if not isinstance(sizes, list):
+            return out
+        for item in sizes[-MAX_CONVERSATIONS:]:
+            try:
+                key, tokens, idle_s, latest = item
+                out._by_key[int(key)] = Conversation(int(tokens), now_s - float(idle_s))
+            except (TypeError, ValueError):
+                continue
+            if latest:
+                out.latest = int(key)
+        return out
+
     def _get(self, key: int) -> Conversation:
         """Conversation ``key``, added (within the bound) if new."""
         conv = self._by_key.get(key)

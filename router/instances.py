@@ -98,6 +98,67 @@ class Instance:
         }
 
 
+_SHARED_FIELDS = (
+    "draining",
+    "metrics_capacity_tokens",
+    "daemon_capacity_tokens",
+    "decision_defer",
+    "decision_admission_control",
+    "decision_offload_tokens",
+    "decision_idle_after_s",
+    "decision_evictable_after_s",
+    "daemon_id",
+    "clock_mhz",
+    "boost",
+)
+"""What a router taking over needs of an instance besides its URL: its draining flag
+and its daemon's latest decision (health it checks for itself)."""
+
+
+def shared_state(inst: Instance) -> tuple[object, ...]:
+    """An instance's shared state in monotonic terms (compared to see a change)."""
+    return (
+        inst.base_url,
+        *(getattr(inst, f) for f in _SHARED_FIELDS),
+        inst.decision_key,
+        inst.decision_valid_until_s,
+        inst.decision_thresholds,
+        inst.served_models,
+    )
+
+
+def state_to_json(inst: Instance, now_s: float, now_unix_s: float) -> dict[str, object]:
+    """The registry entry of ``inst`` (the decision's validity as a wall-clock time)."""
+    entry: dict[str, object] = {f: getattr(inst, f) for f in _SHARED_FIELDS}
+    entry["url"] = inst.base_url
+    entry["decision_key"] = None if inst.decision_key is None else list(inst.decision_key)
+    entry["decision_valid_until_unix_s"] = now_unix_s + (inst.decision_valid_until_s - now_s)
+    thresholds = inst.decision_thresholds
+    entry["decision_thresholds"] = None if thresholds is None else list(thresholds)
+    entry["served_models"] = list(inst.served_models)
+    return entry
+
+
+def apply_state(inst: Instance, entry: dict[str, object], now_s: float, now_unix_s: float) -> None:
+    """Take over a registry entry written by :func:`state_to_json` (bad fields are
+    skipped: a half-understood entry must not stop a takeover)."""
+    for f in _SHARED_FIELDS:
+        if f in entry:
+            setattr(inst, f, entry[f])
+    key = entry.get("decision_key")
+    if isinstance(key, list) and len(key) == 2:
+        inst.decision_key = (float(key[0]), int(key[1]))
+    until = entry.get("decision_valid_until_unix_s")
+    if isinstance(until, int | float):
+        inst.decision_valid_until_s = now_s + (float(until) - now_unix_s)
+    thresholds = entry.get("decision_thresholds")
+    if isinstance(thresholds, list) and len(thresholds) == 2:
+        inst.decision_thresholds = (float(thresholds[0]), float(thresholds[1]))
+    models = entry.get("served_models")
+    if isinstance(models, list):
+        inst.served_models = tuple(str(m) for m in models)
+
+
 class InstancePool:
     """Instances by name, in index order (Algorithm 2 consolidates onto low indices)."""
 

@@ -83,6 +83,7 @@ class Agent:
         row = {name: getattr(self, name) for name in _PERSISTED}
         row["instances"] = list(self.instances)
         row["idle_for_s"] = max(0.0, now_s - self.last_seen_s)
+        row["conversations"] = self.conversations.sizes(now_s)
         return row
 
     @classmethod
@@ -90,10 +91,13 @@ class Agent:
         """Rebuild from :meth:`to_row` output after a restart."""
         data = dict(row)
         idle = float(data.pop("idle_for_s", 0.0))
-        known = set(cls.__dataclass_fields__)
+        sizes = data.pop("conversations", None)
+        known = set(_PERSISTED)
         data = {k: v for k, v in data.items() if k in known}
         agent = cls(arrival_s=now_s - max(0.0, now_unix_s - data["start_unix_s"]), **data)
+        agent.instances = list(agent.instances)
         agent.last_seen_s = now_s - idle
+        agent.conversations = Conversations.from_sizes(sizes, now_s)
         return agent
 
 
@@ -205,6 +209,22 @@ class Ledger:
             for listener in self.on_remove:
                 listener(agent_id)
         return agent
+
+    def clear(self) -> list[str]:
+        """Forget every agent without deleting any from the store (a leader that lost
+        its lease: the store now belongs to the router that took over); the ids."""
+        ids = list(self.agents)
+        self.agents.clear()
+        self._ongoing.clear()
+        self._usage.clear()
+        self._counted.clear()
+        self._children.clear()
+        self.dirty.clear()
+        self.deleted.clear()
+        for agent_id in ids:
+            for listener in self.on_remove:
+                listener(agent_id)
+        return ids
 
     def has_children(self, agent_id: str) -> bool:
         """Does ``agent_id`` have live sub-agents (agents naming it their parent)?"""

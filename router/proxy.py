@@ -46,6 +46,7 @@ from router.forwarding import Forwarder
 from router.identity_mw import IdentityResolver, KeyChecker, upstream_headers
 from router.instances import InstancePool
 from router.json_body import parse_json
+from router.leadership import LeaderGate
 from router.ledger import Agent, Ledger, PrefillClaim
 from router.metrics import RouterMetrics
 from router.observations import ObservationLog, observation
@@ -129,7 +130,9 @@ class Proxy:
         health: HealthSink,
         clock: Callable[[], float],
         limits: ProxyLimits,
+        gate: LeaderGate | None = None,
     ) -> None:
+        self._gate = gate if gate is not None else LeaderGate(clock)
         self._pool = pool
         self._ledger = ledger
         self._agents = agents
@@ -211,6 +214,7 @@ class Proxy:
             self._request_seq += 1
             request_id = f"{self._request_prefix}-{self._request_seq}"
         try:
+            self._gate.check()  # a standby forwards nothing (docs/scale-out.md)
             await self._handle(ex, route, request_id)
         except RouterError as exc:
             m = self._metrics

@@ -28,6 +28,11 @@ from kairos_common.errors import ConfigError
 from kairos_common.identity import new_secret
 
 
+def digest(credential: bytes) -> str:
+    """The hex SHA-256 a shared store keeps of a credential."""
+    return hashlib.sha256(credential).hexdigest()
+
+
 def load_or_create_secret(path: Path) -> bytes:
     """Hex secret from ``path``; created (0600) when missing."""
     try:
@@ -95,6 +100,15 @@ class RouterCredentials:
         """The daemon credential of ``instance`` (hex, as bytes)."""
         mac = hmac.new(self._daemon_key, b"kairos-daemon\0" + instance.encode(), hashlib.sha256)
         return mac.hexdigest().encode()
+
+    def digests(self, instances: list[str]) -> dict[str, str]:
+        """SHA-256 of each credential by role (``admin``, ``lifecycle``,
+        ``daemon:<instance>``): what a shared store keeps so that another router
+        accepts this router's credentials after a takeover, never the credentials."""
+        out = {"admin": digest(self.admin), "lifecycle": digest(self.lifecycle)}
+        for name in instances:
+            out[f"daemon:{name}"] = digest(self.daemon_token(name))
+        return out
 
     def write_daemon_file(self, instance: str) -> None:
         """Write ``daemon-<instance>.token`` (skipped for names unfit for a file)."""

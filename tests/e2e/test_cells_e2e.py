@@ -20,7 +20,6 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -38,12 +37,12 @@ from kairos_common.identity import cell_of
 from kairos_common.wire import CELL_HEADER, AgentEnd, AgentStart, AgentStarted
 from router.testing import FakeBackend
 from simulator.stack import free_port
+from tests.scaleout.services import HAPROXY, REDIS_SERVER, Haproxy, redis_server, skip_unless
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = REPO / "deploy" / "haproxy" / "cells.cfg"
-HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 LIFECYCLE = "lc-" + "7a" * 20
 CELLS = ("a", "b")
 N_AGENTS = 100
@@ -97,7 +96,7 @@ class Fleet:
     tmp: Path
 
 
-async def _start_router(cell: Cell, k: int, tmp: Path, env: dict[str, str]) -> None:
+async def _start_router(cell: Cell, k: int, tmp: Path, env: dict[str, str], store: str) -> None:
     port = cell.ports[k]
     backends = [f"--backend={cell.name}{i}={b.url}" for i, b in enumerate(cell.backends)]
     log = tmp / f"router-{cell.name}{k}.log"
@@ -106,7 +105,7 @@ async def _start_router(cell: Cell, k: int, tmp: Path, env: dict[str, str]) -> N
         _tool("kairos-router"), "run", "--cell", cell.name, *backends,
         "--port", str(port), "--state-dir", str(tmp / f"state-{cell.name}{k}"),
         "--signing-secret-file", str(tmp / "signing.key"), "--records", str(records),
-        "--log-json",
+        "--store", store, "--advertise-url", f"http://127.0.0.1:{port}", "--log-json",
         stdin=asyncio.subprocess.DEVNULL, stdout=log.open("ab"),
         stderr=asyncio.subprocess.STDOUT, env=env,
     )  # fmt: skip
@@ -135,8 +134,14 @@ async def _until(probe: Any, what: str, deadline_s: float = 60.0) -> None:
 
 @pytest.fixture
 async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
-    if not Path(HAPROXY).exists():
-        pytest.skip("haproxy is not installed (make test installs Debian's package)")
+    skip_unless(HAPROXY, REDIS_SERVER)
+    with redis_server(tmp_path) as redis:
+        async for fleet in _fleet(tmp_path, redis.url.removesuffix("/0")):
+            yield fleet
+
+
+async def _fleet(tmp_path: Path, redis: str) -> AsyncIterator[Fleet]:
+    """Each cell a router pair on its own Redis database, all behind one haproxy."""
     creds = tmp_path / "credentials"
     creds.mkdir(mode=0o700)
     (creds / "lifecycle.token").write_text(LIFECYCLE + "\n")
@@ -144,35 +149,33 @@ async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
     cells: dict[str, Cell] = {}
     haproxy = None
     try:
-        for name in CELLS:
+        for db, name in enumerate(CELLS):
             backends = [FakeBackend(), FakeBackend()]
             for b in backends:
                 b.behaviour.capacity_tokens = 10_000
                 await b.start()
             cells[name] = cell = Cell(name, backends, [free_port(), free_port()])
-            await _start_router(cell, 0, tmp_path, env)  # the leader
+            for k in range(2):  # leader and standby, elected through the cell's store
+                await _start_router(cell, k, tmp_path, env, f"{redis}/{db}")
         front_port = free_port()
-        hp_env = {**os.environ, "KAIROS_FRONT_BIND": f"127.0.0.1:{front_port}"}
+        hp_env = {"KAIROS_FRONT_BIND": f"127.0.0.1:{front_port}"}
         for name, cell in cells.items():
             for k, port in enumerate(cell.ports):
                 hp_env[f"KAIROS_CELL_{name.upper()}_ROUTER_{k + 1}"] = f"127.0.0.1:{port}"
-        hp_log = tmp_path / "haproxy.log"
-        haproxy = await asyncio.create_subprocess_exec(
-            HAPROXY, "-db", "-f", str(HAPROXY_CFG),
-            stdin=asyncio.subprocess.DEVNULL, stdout=hp_log.open("ab"),
-            stderr=asyncio.subprocess.STDOUT, env=hp_env,
-        )  # fmt: skip
-        front = f"http://127.0.0.1:{front_port}"
+        haproxy = Haproxy(HAPROXY_CFG, tmp_path, hp_env, front_port)
+        haproxy.start()
+        front = haproxy.url
         for name in CELLS:
             # An unknown agent of the cell: 404 from its router once HAProxy sees it up.
             probe = f"{front}/kairos/v1/agents/{name}_{'0' * 32}"
             await _until(lambda p=probe: _is(p, 404), f"cell {name} up behind the front")  # type: ignore[misc]
         for cell in cells.values():  # capacities learned (room is judged against them)
-            url = f"http://127.0.0.1:{cell.ports[0]}/kairos/v1/instances"
-            await _until(lambda u=url: _capacities_known(u), f"cell {cell.name} capacities")  # type: ignore[misc]
+            await _until(lambda c=cell: _capacities_known(c), f"cell {cell.name} capacities")  # type: ignore[misc]
         yield Fleet(front, cells, tmp_path)
     finally:
-        procs = [p for c in cells.values() for p in c.procs] + ([haproxy] if haproxy else [])
+        if haproxy is not None:
+            haproxy.stop()
+        procs = [p for c in cells.values() for p in c.procs]
         for proc in procs:
             if proc.returncode is None:
                 proc.send_signal(signal.SIGTERM)
@@ -192,11 +195,15 @@ async def _is(url: str, status: int) -> bool:
     return await _get(url) == status
 
 
-async def _capacities_known(url: str) -> bool:
-    with contextlib.suppress(aiohttp.ClientError, OSError, ValueError):
-        async with aiohttp.ClientSession() as s, s.get(url) as r:
-            body = await r.json()
-        return all(i["capacity_tokens"] == 10_000 for i in body["instances"])
+async def _capacities_known(cell: Cell) -> bool:
+    """The cell's leader (the standby answers 503) knows both instances' U_max."""
+    for port in cell.ports:
+        with contextlib.suppress(aiohttp.ClientError, OSError, ValueError, KeyError):
+            url = f"http://127.0.0.1:{port}/kairos/v1/instances"
+            async with aiohttp.ClientSession() as s, s.get(url) as r:
+                body = await r.json()
+            if all(i["capacity_tokens"] == 10_000 for i in body["instances"]):
+                return True
     return False
 
 
@@ -304,8 +311,8 @@ async def test_two_cells_behind_haproxy(fleet: Fleet) -> None:
         await f.register()
         await f.turn(0)
     assert {cell_of(f.agent_id) for f in fillers} == {"a"}
-    room_a = f"http://127.0.0.1:{cells['a'].ports[0]}/health/room"
-    assert await _get(room_a) == 503
+    for port in cells["a"].ports:  # neither the leader (full) nor the standby has room
+        assert await _get(f"http://127.0.0.1:{port}/health/room") == 503
     # New agents, at once (before HAProxy's next room check): all admitted in cell b.
     newcomers = [Agent(2000 + k, fleet.front) for k in range(10)]
     await asyncio.gather(*(a.run(turns=1) for a in newcomers))
