@@ -77,6 +77,7 @@ async def make_daemon(
     session: aiohttp.ClientSession,
     clock: ManualClock,
     router_urls: list[str] | None = None,
+    router_token: str | None = None,
     **overrides: Any,
 ) -> Daemon:
     """A daemon on the sim backend against the fakes, driven epoch by epoch
@@ -99,7 +100,7 @@ async def make_daemon(
     )
     link = None
     if urls:
-        link = RouterClient(session, urls, cfg.instance, cfg.http_timeout_s)
+        link = RouterClient(session, urls, cfg.instance, cfg.http_timeout_s, router_token)
     return Daemon(
         cfg,
         backend=backend,
