@@ -87,8 +87,15 @@ class RouterCredentials:
     def __init__(self, folder: Path, admin_token: str | None = None) -> None:
         self.folder = folder
         try:
+            existed = folder.is_dir()
             folder.mkdir(parents=True, exist_ok=True)
-            os.chmod(folder, 0o700)
+            try:
+                os.chmod(folder, 0o700)
+            except OSError:
+                # A folder the operator provides read-only (a systemd credentials
+                # directory, a Kubernetes Secret volume): its files are what counts.
+                if not existed:
+                    raise
             self.admin = (admin_token or _load_or_create_token(folder / ADMIN_FILE)).encode()
             self.lifecycle = _load_or_create_token(folder / LIFECYCLE_FILE).encode()
             self._daemon_key = _load_or_create_token(folder / DAEMON_KEY_FILE).encode()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import stat
 from pathlib import Path
 from unittest.mock import Mock
@@ -11,6 +12,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from kairos_common.credentials import discover_credential
+from kairos_common.errors import ConfigError
 from router.auth import ControlAuth, Role
 from router.errors import AuthenticationError, ForbiddenError
 from router.secrets_store import RouterCredentials
@@ -146,3 +148,23 @@ def test_published_credentials_are_found_by_port_and_removed(tmp_path: Path) -> 
     assert discover_credential("http://127.0.0.1:4322", "lifecycle.token", env) is None
     creds.unpublish()
     assert discover_credential(url, "lifecycle.token", env) is None
+
+
+def test_credentials_from_a_read_only_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A systemd credentials directory or a Kubernetes Secret volume is read-only: the
+    router uses the files the operator put there (shared by a pair and by cells)."""
+    folder = tmp_path / "secret-volume"
+    folder.mkdir()
+    for name, value in (("admin.token", "adm"), ("lifecycle.token", "life"), ("daemon.key", "dk")):
+        (folder / name).write_text(value + "\n")
+
+    def read_only(*_args: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("router.secrets_store.os.chmod", read_only)
+    creds = RouterCredentials(folder)
+    assert (creds.admin, creds.lifecycle) == (b"adm", b"life")
+    with pytest.raises(ConfigError):  # a folder it had to create itself must be private
+        RouterCredentials(tmp_path / "new")
