@@ -136,12 +136,15 @@ async def _until(probe: Any, what: str, deadline_s: float = 60.0) -> None:
 async def fleet(tmp_path: Path) -> AsyncIterator[Fleet]:
     skip_unless(HAPROXY, REDIS_SERVER)
     with redis_server(tmp_path) as redis:
-        async for fleet in _fleet(tmp_path, redis.url.removesuffix("/0")):
+        async for fleet in cells_fleet(tmp_path, redis.url.removesuffix("/0")):
             yield fleet
 
 
-async def _fleet(tmp_path: Path, redis: str) -> AsyncIterator[Fleet]:
-    """Each cell a router pair on its own Redis database, all behind one haproxy."""
+async def cells_fleet(
+    tmp_path: Path, redis: str, haproxy_cfg: Path = HAPROXY_CFG
+) -> AsyncIterator[Fleet]:
+    """Each cell a router pair on its own Redis database, all behind one haproxy
+    (``haproxy_cfg``: the shipped configuration, or a variant a benchmark compares)."""
     creds = tmp_path / "credentials"
     creds.mkdir(mode=0o700)
     (creds / "lifecycle.token").write_text(LIFECYCLE + "\n")
@@ -162,7 +165,7 @@ async def _fleet(tmp_path: Path, redis: str) -> AsyncIterator[Fleet]:
         for name, cell in cells.items():
             for k, port in enumerate(cell.ports):
                 hp_env[f"KAIROS_CELL_{name.upper()}_ROUTER_{k + 1}"] = f"127.0.0.1:{port}"
-        haproxy = Haproxy(HAPROXY_CFG, tmp_path, hp_env, front_port)
+        haproxy = Haproxy(haproxy_cfg, tmp_path, hp_env, front_port)
         haproxy.start()
         front = haproxy.url
         for name in CELLS:

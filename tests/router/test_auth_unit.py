@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import errno
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from unittest.mock import Mock
 
@@ -168,3 +170,18 @@ def test_credentials_from_a_read_only_folder(
     assert (creds.admin, creds.lifecycle) == (b"adm", b"life")
     with pytest.raises(ConfigError):  # a folder it had to create itself must be private
         RouterCredentials(tmp_path / "new")
+
+
+def test_daemon_token_command_prints_what_the_router_accepts(tmp_path: Path) -> None:
+    """``kairos-router daemon-token`` gives a GPU host its kairosd credential from the
+    shared daemon.key (a pair's, or every cell's), without writing anything."""
+    creds = RouterCredentials(tmp_path / "c")
+    before = sorted(p.name for p in (tmp_path / "c").iterdir())
+    tool = Path(sys.executable).parent / "kairos-router"
+    done = subprocess.run(
+        [str(tool), "daemon-token", "gpu0", "--credentials-dir", str(tmp_path / "c")],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().encode() == creds.daemon_token("gpu0")
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == before
