@@ -1,7 +1,7 @@
 """Cells behind HAProxy: how agent starts are steered, side by side (docs/cells.md).
 
 Runs the stack of tests/e2e/test_cells_e2e.py (two cells, each a router pair on
-its own Redis database with two fake vLLM instances of 10K tokens, real
+its own Redis database with two fake vLLM instances of 100K tokens, real
 ``haproxy`` with deploy/haproxy/cells.cfg) and measures, for the shipped
 configuration and for a variant without the immediate path (the starts backend
 does not ask cells to decline a start they have no room for, so only HAProxy's
@@ -36,7 +36,14 @@ import aiohttp
 from idtracker.lifecycle_client import LifecycleClient
 from kairos_common.identity import cell_of
 from kairos_common.wire import READY_PATH, AgentEnd, AgentStart
-from tests.e2e.test_cells_e2e import HAPROXY_CFG, LIFECYCLE, Agent, Fleet, cells_fleet
+from tests.e2e.test_cells_e2e import (
+    FILL_TOKENS,
+    HAPROXY_CFG,
+    LIFECYCLE,
+    Agent,
+    Fleet,
+    cells_fleet,
+)
 from tests.scaleout.services import redis_server
 
 
@@ -59,7 +66,7 @@ async def _split(fleet: Fleet, n: int) -> collections.Counter[str]:
 async def _held_after_fill(fleet: Fleet, base: int) -> tuple[int, int]:
     """(landed in full cell a, waited for admission at all) of 10 newcomers."""
     for b in fleet.cells["a"].backends:
-        b.behaviour.prompt_tokens = 9_600
+        b.behaviour.prompt_tokens = FILL_TOKENS
     fillers = [Agent(base + k, fleet.front, cell_header="a") for k in range(2)]
     for f in fillers:
         await f.register()
@@ -121,7 +128,7 @@ async def _round(variant: str, k: int) -> dict[str, object]:
                 lead = await _leader(fleet, "b")
                 front_ms = await _start_latency_ms(fleet.front, 40)
                 direct_ms = await _start_latency_ms(lead, 40)
-                in_a, waited = await _held_after_fill(fleet, 10_000 * (k + 1))
+                in_a, waited = await _held_after_fill(fleet, 10000 * (k + 1))
                 declined = fleet.cells["a"].log_count("start_declined_no_room")
                 return {
                     "split": f"{split['a']}/{split['b']}",

@@ -72,6 +72,7 @@ def test_haproxy_check_catches_a_broken_configuration(tmp_path: Path) -> None:
         CELLS.read_text().replace("use_backend be_starts_any", "use_backend be_nowhere")
     )
     shutil.copy(HAPROXY_DIR / "cells.map", tmp_path / "cells.map")
+    shutil.copytree(HAPROXY_DIR / "errors", tmp_path / "errors")
     done = _check(broken, _env_for(CELLS), tmp_path)
     assert done.returncode != 0 and "be_nowhere" in done.stdout + done.stderr
 
@@ -113,6 +114,22 @@ def test_every_cell_has_a_backend_and_its_routers_take_starts() -> None:
     every = {s for b in cells.values() for s in backends[b]}
     for starts in ("be_starts_room", "be_starts_any", "be_any_cell"):
         assert set(backends[starts]) == every, f"{starts} lists a router of no cell"
+
+
+@pytest.mark.parametrize("page", sorted((HAPROXY_DIR / "errors").glob("*.http")), ids=str)
+def test_the_fronts_own_errors_are_openai_style(page: Path) -> None:
+    """What the SDKs parse and retry on: the status, a JSON error body with a code,
+    and Retry-After on the answers worth retrying."""
+    import json
+
+    head, _, body = page.read_bytes().partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    assert status == int(page.stem)
+    assert int(headers["Content-Length"]) == len(body)
+    assert json.loads(body)["error"]["code"]
+    assert ("Retry-After" in headers) == (status >= 500)
 
 
 def test_only_the_front_sets_the_room_header() -> None:

@@ -46,6 +46,12 @@ HAPROXY_CFG = REPO / "deploy" / "haproxy" / "cells.cfg"
 LIFECYCLE = "lc-" + "7a" * 20
 CELLS = ("a", "b")
 N_AGENTS = 100
+CAPACITY_TOKENS = 100_000
+"""Each fake instance's KV cache: room for 32 agents of the 3000-token placeholder a
+start is sized by before its first request (a 10K cache would hold 3, and a burst
+of starts would find every cell reserved before their first turns place them)."""
+FILL_TOKENS = 96_000
+"""One turn of this size leaves its instance past gamma (0.95 of the cache)."""
 CLI_AGENT = """
 import sys, openai
 client = openai.OpenAI(max_retries=2)
@@ -155,7 +161,7 @@ async def cells_fleet(
         for db, name in enumerate(CELLS):
             backends = [FakeBackend(), FakeBackend()]
             for b in backends:
-                b.behaviour.capacity_tokens = 10_000
+                b.behaviour.capacity_tokens = CAPACITY_TOKENS
                 await b.start()
             cells[name] = cell = Cell(name, backends, [free_port(), free_port()])
             for k in range(2):  # leader and standby, elected through the cell's store
@@ -205,7 +211,7 @@ async def _capacities_known(cell: Cell) -> bool:
             url = f"http://127.0.0.1:{port}/kairos/v1/instances"
             async with aiohttp.ClientSession() as s, s.get(url) as r:
                 body = await r.json()
-            if all(i["capacity_tokens"] == 10_000 for i in body["instances"]):
+            if all(i["capacity_tokens"] == CAPACITY_TOKENS for i in body["instances"]):
                 return True
     return False
 
@@ -306,9 +312,9 @@ async def test_two_cells_behind_haproxy(fleet: Fleet) -> None:
     ended = {r["agent_id"] for c in cells.values() for r in c.agent_records()}
     assert {a.agent_id for a in hosted} <= ended  # every end reached the agent's cell
 
-    # -- cell a full: two agents fill its two 10K instances past gamma
+    # -- cell a full: two agents fill its two instances past gamma
     for b in cells["a"].backends:
-        b.behaviour.prompt_tokens = 9_600
+        b.behaviour.prompt_tokens = FILL_TOKENS
     fillers = [Agent(1000 + k, fleet.front, cell_header="a") for k in range(2)]
     for f in fillers:
         await f.register()
@@ -336,6 +342,18 @@ async def test_two_cells_behind_haproxy(fleet: Fleet) -> None:
     for a in b_agents:
         await a.turn(1)
         await a.end()
+    # Cell a's own agents get the front's answer: a JSON 503 their SDK retries.
+    assert fillers[0].client is not None
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(
+            fleet.front + "/v1/chat/completions",
+            json={"model": "fake-model", "messages": [{"role": "user", "content": "x"}]},
+            headers={"Authorization": f"Bearer {fillers[0].client.api_key}"},
+        ) as r,
+    ):
+        assert r.status == 503 and "Retry-After" in r.headers
+        assert (await r.json())["error"]["code"] == "no_router"
     late = await Agent(4000, fleet.front).run(turns=1)  # new agents still start, in b
     assert cell_of(late.agent_id) == "b"
     records = {r["agent_id"]: r for r in cells["b"].agent_records()}
