@@ -55,6 +55,7 @@ def _without_decline(folder: Path) -> Path:
     variant = folder / "cells.cfg"
     variant.write_text(text.replace(line, ""))
     shutil.copy(HAPROXY_CFG.with_name("cells.map"), folder / "cells.map")
+    shutil.copytree(HAPROXY_CFG.with_name("errors"), folder / "errors")
     return variant
 
 
