@@ -226,6 +226,8 @@ def create_app(
             clock=clock,
         )
         core.on_fenced = keeper.on_fenced
+        core.ledger.on_assign.append(keeper.kick)
+        core.journal.on_written = keeper.kick
 
     def readiness() -> dict[str, object]:
         detail = keeper.detail() if keeper is not None else {}

@@ -204,7 +204,7 @@ class Conversations:
         router matches a restored conversation by nothing but its size, which is
         what ``C_a`` needs (its next request starts a conversation of its own)."""
         return [
-            [k, c.context_tokens, max(0.0, now_s - (c.last_end_s or now_s)), k == self.latest]
+            [k, c.context_tokens, max(0.0, now_s - _or(c.last_end_s, now_s)), k == self.latest]
             for k, c in self._by_key.items()
             if c.context_tokens is not None
         ]
@@ -244,3 +244,7 @@ class Conversations:
             if victim is None:
                 return
             del self._by_key[victim]
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value

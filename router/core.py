@@ -15,6 +15,7 @@ depend on which; the constructors now say it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -104,6 +105,7 @@ class RouterCore:
             clock=clock,
             wall_clock=wall_clock,
         )
+        self._persisting = asyncio.Lock()
         self.on_fenced: Callable[[], None] = lambda: None
         """Called when the store refuses a write for a stale fence (set by the lease keeper)."""
 
@@ -282,9 +284,13 @@ class RouterCore:
             self.ledger.dirty.clear()
             self.ledger.deleted.clear()
             return
+        async with self._persisting:  # one write at a time: batches land in order
+            await self._persist(self.store, full)
+
+    async def _persist(self, store: StateStore, full: bool) -> None:
         changes = self.sync.take(full=full)
         try:
-            await self.store.write(changes)
+            await store.write(changes)
         except FencedError:
             self.on_fenced()  # another router leads now: what we had is not ours to write
             raise

@@ -152,6 +152,13 @@ class FencedError(StateStoreError):
     the lease now). It must stop serving at once (docs/scale-out.md)."""
 
 
+class LeaseLapsedError(StateStoreError):
+    """A write refused because this router's lease lapsed (or was re-acquired under a
+    new fence since the write was sent) while no other router took it: Redis was
+    away, or restarted. Not a fence: the changes are kept, and the router
+    re-acquires and writes them under its new lease."""
+
+
 class NotLeaderError(RouterError):
     """This router is a standby (or a leader whose lease lapsed): 503 ``not_leader``
     with ``Retry-After`` and, when known, the leader's URL

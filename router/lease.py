@@ -31,9 +31,15 @@ from typing import Any, Protocol
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from router.errors import FencedError, RouterError, StateStoreError, StoreUnavailableError
+from router.errors import (
+    FencedError,
+    LeaseLapsedError,
+    RouterError,
+    StateStoreError,
+    StoreUnavailableError,
+)
 from router.leadership import LeaderGate
-from router.redis_store import Lease, RedisStore, apply_batch
+from router.redis_store import Lease, RedisStore, apply_summary
 from router.store import Snapshot
 
 log = structlog.get_logger("kairos.router.lease")
@@ -88,7 +94,6 @@ class LeaseMetrics:
         self.store_up = Gauge(
             "kairos_router_store_reachable", "1 while the shared store answers.", registry=r
         )
-        self.store_up.set(1)
         self.transitions = Counter(
             "kairos_router_leadership_changes", "Promotions and step-downs.", ["to"], registry=r
         )
@@ -123,6 +128,7 @@ class LeaseKeeper:
         self.advertise_url = advertise_url
         self.timing = timing
         self.metrics = metrics
+        metrics.store_up.set_function(lambda: 1.0 if store.status.reachable else 0.0)
         self._share_secrets = share_secrets
         self._secrets_shared = False
         self.clock = clock
@@ -134,6 +140,7 @@ class LeaseKeeper:
         self._view_version = 0
         self.last_promotion: dict[str, object] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._kicked = asyncio.Event()
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -187,7 +194,6 @@ class LeaseKeeper:
             await asyncio.sleep(self.timing.poll_s if fast else self.timing.renew_s)
 
     def _unreachable(self, exc: StoreUnavailableError) -> None:
-        self.metrics.store_up.set(0)
         if self._reachable_since is not None:
             self._reachable_since = None
             self._outage_seen = True
@@ -196,9 +202,10 @@ class LeaseKeeper:
             log.error("store_unreachable", role=role, error=str(exc), hint=hint)
         if self.gate.leader:
             self.gate.store_down = True
+        else:
+            self.gate.reason = "store unreachable: a standby does not promote without it"
 
     def _reachable(self) -> None:
-        self.metrics.store_up.set(1)
         if self._reachable_since is None:
             self._reachable_since = self.clock()
             log.info("store_reachable", role="leader" if self.gate.leader else "standby")
@@ -238,7 +245,7 @@ class LeaseKeeper:
         self._reachable()
         if lease is not None:
             self.gate.leader_url = lease.url or None
-            if self.gate.reason in ("", "starting", "store unreachable"):
+            if not self.gate.reason.startswith(("fenced", "lease taken")):
                 self.gate.reason = f"standby: {lease.router_id} leads"
             return
         since = self._reachable_since if self._reachable_since is not None else now
@@ -270,7 +277,7 @@ class LeaseKeeper:
     async def _write_back(self) -> None:
         try:
             await self.holder.persist(full=True)
-        except StoreUnavailableError:
+        except (StoreUnavailableError, LeaseLapsedError):
             return  # the flusher retries the full write
         self._need_full = False
         log.info("state_written_back", version=self.store.status.version)
@@ -278,10 +285,18 @@ class LeaseKeeper:
     async def _promote(self, lease: Lease, sent_s: float) -> None:
         t0 = self.clock()
         try:
+            await self._share_secrets(self.store)  # digests of routers started since
             snap, position = await self.store.load_with_position()
+            # Renewed after the read (a large cell's read takes a while), so that the
+            # lease outlives the apply below and the first renewal after it.
+            sent_s = self.clock()
+            holder = await self.store.renew(self.timing.lease_ms)
         except StoreUnavailableError as exc:
             self._unreachable(exc)
             return  # the lease lapses unrenewed; whoever can read the store takes it
+        if holder is None or holder.value != lease.value:
+            self.step_down("lease lost while reading the state", holder)
+            return
         drift = _drift(self.view, snap) if self.view is not None else None
         self.holder.drop_state(self.gate.refusal())
         restored = self.holder.apply(snap)
@@ -318,10 +333,17 @@ class LeaseKeeper:
 
     # -- the flusher ------------------------------------------------------------------------
 
+    def kick(self) -> None:
+        """Write soon, without waiting for the next interval (an agent was assigned
+        an instance: a takeover must find it where it is)."""
+        self._kicked.set()
+
     async def _flush(self) -> None:
         failing = False
         while True:
-            await asyncio.sleep(self.timing.flush_interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kicked.wait(), self.timing.flush_interval_s)
+            self._kicked.clear()
             if not self.gate.leader or self.store.lease is None:
                 continue
             try:
@@ -329,8 +351,8 @@ class LeaseKeeper:
             except StoreUnavailableError:
                 self.metrics.write_failures.labels("unreachable").inc()
                 continue  # the election loop says so once and retries
-            except FencedError:
-                continue  # on_fenced stepped down
+            except (FencedError, LeaseLapsedError):
+                continue  # on_fenced stepped down; or the next write carries the new lease
             except StateStoreError as exc:
                 self.metrics.write_failures.labels("error").inc()
                 if not failing:
@@ -362,11 +384,17 @@ class LeaseKeeper:
             self._view_version = self.store.status.version
             return
         block_ms = max(1, round(self.timing.poll_s * 1000))
-        for entry_id, version, batch in await self.store.follow(self._position, block_ms):
+        entries = await self.store.follow(self._position, block_ms)
+        if not entries:
+            return
+        rows = sorted({i for _, _, b in entries for i in b.get("rows") or ()})
+        records = sorted({i for _, _, b in entries for i in b.get("records") or ()})
+        current_rows, current_records = await self.store.current(rows, records)
+        for entry_id, version, batch in entries:
             if version != self._view_version + 1:
                 self.view = None  # fell behind the stream's cap, or the store restarted
                 return
-            apply_batch(self.view, batch)
+            apply_summary(self.view, batch, current_rows, current_records)
             self._position, self._view_version = entry_id, version
 
 

@@ -168,6 +168,9 @@ class Ledger:
         # from now (any reassignment, a room move, a held agent admitted elsewhere):
         # evidence gathered about its old instance is void.
         self.on_move: list[Callable[[str], None]] = []
+        # Called when a (non one-turn) agent is assigned an instance (admitted, moved,
+        # held there): a shared store writes assignments at once, not at its next flush.
+        self.on_assign: list[Callable[[], None]] = []
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -323,6 +326,9 @@ class Ledger:
         if not agent.instances or agent.instances[-1] != instance:
             agent.instances.append(instance)
         self.touch(agent)
+        if not agent.ephemeral:
+            for assigned in self.on_assign:
+                assigned()
         if previous is not None and previous != instance:
             for listener in self.on_move:
                 listener(agent.agent_id)
@@ -345,6 +351,9 @@ class Ledger:
         if agent.waiting_since_s is None:
             agent.waiting_since_s = now_s
         self.touch(agent)
+        if not agent.ephemeral:
+            for assigned in self.on_assign:
+                assigned()
 
     def forget_instance(self, instance: str) -> list[Agent]:
         """Detach every agent from a removed/dead instance; returns them."""

@@ -24,7 +24,9 @@ the writer's, so a router whose lease was taken over (it was paused, partitioned
 is refused, atomically with the batch it tried to apply: there is no window
 between the check and the write. Redis errors are translated here:
 :class:`~router.errors.StoreUnavailableError` when Redis does not answer,
-:class:`~router.errors.FencedError` when the fence refuses,
+:class:`~router.errors.FencedError` when another router took the lease (or the
+fence moved), :class:`~router.errors.LeaseLapsedError` when the writer's lease
+only lapsed (Redis was away or restarted; nobody else holds it),
 :class:`~router.errors.StateStoreError` otherwise.
 """
 
@@ -39,12 +41,19 @@ import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as rx
 
-from router.errors import FencedError, StateStoreError, StoreUnavailableError
+from router.errors import (
+    FencedError,
+    LeaseLapsedError,
+    StateStoreError,
+    StoreUnavailableError,
+)
 from router.store import Changes, Held, Row, Snapshot
 
 T = TypeVar("T")
-STREAM_MAX_ENTRIES = 10_000
-"""Batches a standby can fall behind before it must read everything again."""
+STREAM_MAX_ENTRIES = 200
+"""Change batches kept for standbys (about 20 s at the default flush interval): a
+standby further behind reads everything again. Entries name what changed, not
+the rows, so the stream stays small whatever the fleet's size."""
 
 _ACQUIRE = """
 local held = redis.call('GET', KEYS[1])
@@ -70,9 +79,13 @@ return 0
 """
 
 # KEYS: lease fence agents queues instances records credentials version changes
-# ARGV: lease value, fence, batch (JSON), stream cap
+# ARGV: lease value, fence, batch (JSON), stream cap, writer (router id), summary (JSON)
 _WRITE = """
-if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[2] then
+local held, fence = redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])
+if held ~= ARGV[1] or fence ~= ARGV[2] then
+  if not held and (fence == ARGV[2] or not fence) then
+    return redis.error_reply('LAPSED lease expired and nobody holds it')
+  end
   return redis.error_reply('FENCED lease or fence changed')
 end
 local b = cjson.decode(ARGV[3])
@@ -92,7 +105,7 @@ for id, rec in pairs(b.records) do redis.call('HSET', KEYS[6], id, rec) end
 for _, id in ipairs(b.records_done) do redis.call('HDEL', KEYS[6], id) end
 for role, digest in pairs(b.credentials) do redis.call('HSETNX', KEYS[7], role, digest) end
 local version = redis.call('INCR', KEYS[8])
-redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[4], '*', 'v', version, 'b', ARGV[3])
+redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[4], '*', 'v', version, 'w', ARGV[5], 'b', ARGV[6])
 return version
 """
 
@@ -133,53 +146,71 @@ def _key_prefix(url: str, prefix: str) -> str:
     return prefix.rstrip(":")
 
 
-def encode_batch(changes: Changes, credentials: dict[str, str]) -> bytes:
+def encode_batch(changes: Changes, credentials: dict[str, str]) -> tuple[bytes, bytes]:
     """The JSON batch the write script applies (rows and records pre-encoded, so
-    that Redis's cjson never re-encodes them: it would turn ``[]`` into ``{}``)."""
-    return orjson.dumps(
-        {
-            "full": changes.full,
-            "rows": {r["agent_id"]: orjson.dumps(r).decode() for r in changes.rows},
-            "deleted": changes.deleted,
-            "queues": {
-                name: orjson.dumps(order).decode() if order else ""
-                for name, order in changes.queues.items()
-            },
-            "instances": {n: orjson.dumps(e).decode() for n, e in changes.instances.items()},
-            "removed": changes.removed_instances,
-            "records": {i: orjson.dumps(r).decode() for i, r in changes.records.items()},
-            "records_done": changes.records_done,
-            "credentials": credentials,
-        }
-    )
+    that Redis's cjson never re-encodes them: it would turn ``[]`` into ``{}``),
+    and its summary for the change stream (what changed, by id)."""
+    queues = {
+        name: orjson.dumps(order).decode() if order else ""
+        for name, order in changes.queues.items()
+    }
+    instances = {n: orjson.dumps(e).decode() for n, e in changes.instances.items()}
+    batch = {
+        "full": changes.full,
+        "rows": {r["agent_id"]: orjson.dumps(r).decode() for r in changes.rows},
+        "deleted": changes.deleted,
+        "queues": queues,
+        "instances": instances,
+        "removed": changes.removed_instances,
+        "records": {i: orjson.dumps(r).decode() for i, r in changes.records.items()},
+        "records_done": changes.records_done,
+        "credentials": credentials,
+    }
+    summary = batch | {"rows": [r["agent_id"] for r in changes.rows],
+                       "records": list(changes.records), "credentials": {}}  # fmt: skip
+    return orjson.dumps(batch), orjson.dumps(summary)
 
 
-def apply_batch(view: Snapshot, batch: dict[str, Any]) -> None:
-    """Apply one decoded batch of the ``changes`` stream to a standby's ``view``."""
+def apply_summary(
+    view: Snapshot,
+    batch: dict[str, Any],
+    rows: dict[str, Row | None],
+    records: dict[str, Row | None],
+) -> None:
+    """Apply one change-stream entry to a standby's ``view``; ``rows`` and ``records``
+    are the store's current values of the ids it names (None: gone since)."""
     if batch.get("full"):
         view.agents, view.queues, view.instances, view.records = [], {}, {}, []
     agents = {r["agent_id"]: r for r in view.agents}
-    for agent_id, row in batch.get("rows", {}).items():
-        agents[agent_id] = orjson.loads(row)
-    for agent_id in batch.get("deleted", []):
+    for agent_id in batch.get("rows") or ():
+        row = rows.get(agent_id)
+        if row is None:
+            agents.pop(agent_id, None)
+        else:
+            agents[agent_id] = row
+    for agent_id in batch.get("deleted") or ():
         agents.pop(agent_id, None)
     view.agents = list(agents.values())
-    for name, order in batch.get("queues", {}).items():
+    for name, order in (batch.get("queues") or {}).items():
         if order:
             view.queues[name] = _held(orjson.loads(order))
         else:
             view.queues.pop(name, None)
-    for name, entry in batch.get("instances", {}).items():
+    for name, entry in (batch.get("instances") or {}).items():
         view.instances[name] = orjson.loads(entry)
-    for name in batch.get("removed", []):
+    for name in batch.get("removed") or ():
         view.instances.pop(name, None)
         view.queues.pop(name, None)
-    records = {r["agent_id"]: r for r in view.records}
-    for agent_id, rec in batch.get("records", {}).items():
-        records[agent_id] = orjson.loads(rec)
-    for agent_id in batch.get("records_done", []):
-        records.pop(agent_id, None)
-    view.records = list(records.values())
+    pending = {r["agent_id"]: r for r in view.records}
+    for agent_id in batch.get("records") or ():
+        rec = records.get(agent_id)
+        if rec is None:
+            pending.pop(agent_id, None)
+        else:
+            pending[agent_id] = rec
+    for agent_id in batch.get("records_done") or ():
+        pending.pop(agent_id, None)
+    view.records = list(pending.values())
 
 
 def _held(order: Any) -> list[Held]:
@@ -246,6 +277,8 @@ class RedisStore:
             self.status.reachable = True
             if str(exc).startswith("FENCED"):
                 raise FencedError("the store refused the write: lease taken over") from exc
+            if str(exc).startswith("LAPSED"):
+                raise LeaseLapsedError("the lease lapsed; nobody else holds it") from exc
             raise StateStoreError(f"Redis refused: {_short(exc)}") from exc
         except rx.RedisError as exc:
             raise StateStoreError(f"Redis: {_short(exc)}") from exc
@@ -297,15 +330,22 @@ class RedisStore:
         if not changes and not self.pending_credentials:
             return
         creds, self.pending_credentials = self.pending_credentials, {}
-        batch = encode_batch(changes, creds)
+        batch, summary = encode_batch(changes, creds)
         k = self.keys
         keys = [k[n] for n in ("lease", "fence", "agents", "queues", "instances", "records",
                                "credentials", "version", "changes")]  # fmt: skip
-        args: list[str | int | bytes] = [held.value, held.fence, batch, STREAM_MAX_ENTRIES]
+        args: list[str | int | bytes] = [
+            held.value, held.fence, batch, STREAM_MAX_ENTRIES, held.router_id, summary
+        ]  # fmt: skip
         try:
             version = await self._call(lambda: self._write(keys, args))
-        except StoreUnavailableError:
+        except (StoreUnavailableError, LeaseLapsedError):
             self.pending_credentials = creds | self.pending_credentials
+            raise
+        except FencedError:
+            if self.lease is not None and self.lease is not held:
+                self.pending_credentials = creds | self.pending_credentials
+                raise LeaseLapsedError("written under a lease since renewed") from None
             raise
         self.status.version = int(version)
 
@@ -336,8 +376,8 @@ class RedisStore:
         return snap, (last[0][0] if last else "0-0")
 
     async def follow(self, position: str, block_ms: int) -> list[tuple[str, int, dict[str, Any]]]:
-        """Batches written after ``position`` (blocking up to ``block_ms``):
-        ``(stream id, version, batch)`` each."""
+        """Change-stream entries after ``position`` (blocking up to ``block_ms``):
+        ``(stream id, version, summary)`` each (the entry also names its writer, ``w``)."""
         name = self.keys["changes"]
         reply: Any = await self._call(
             lambda: self._redis.xread({name: position}, count=100, block=block_ms)
@@ -349,6 +389,24 @@ class RedisStore:
                 out.append((entry_id, int(fields.get("v", 0)), batch if isinstance(batch, dict)
                             else {}))  # fmt: skip
         return out
+
+    async def current(
+        self, rows: list[str], records: list[str]
+    ) -> tuple[dict[str, Row | None], dict[str, Row | None]]:
+        """The stored rows and pending records of these agent ids (None: none)."""
+        k = self.keys
+
+        async def read() -> list[Any]:
+            async with self._redis.pipeline(transaction=True) as pipe:
+                pipe.hmget(k["agents"], rows or ["-"])
+                pipe.hmget(k["records"], records or ["-"])
+                return list(await pipe.execute())
+
+        got_rows, got_records = await self._call(read)
+        return (
+            {i: _row_or_none(v) for i, v in zip(rows, got_rows, strict=False)},
+            {i: _row_or_none(v) for i, v in zip(records, got_records, strict=False)},
+        )
 
     async def version(self) -> int:
         value = await self._call(lambda: self._redis.get(self.keys["version"]))
@@ -397,6 +455,11 @@ def _entries(raw: dict[str, str]) -> dict[str, Row]:
         if isinstance(entry, dict):
             out[name] = entry
     return out
+
+
+def _row_or_none(text: Any) -> Row | None:
+    obj = _loads(text) if text is not None else None
+    return obj if _is_row(obj) else None
 
 
 def _is_row(obj: Any) -> bool:

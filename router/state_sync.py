@@ -37,6 +37,9 @@ class RecordJournal:
         self.added: dict[str, Row] = {}
         self.done: set[str] = set()
         self._stored: dict[str, Row] = {}
+        self.on_written: Callable[[], None] = lambda: None
+        """Called when a stored record reached a file: its deletion should be written
+        at once (until then a takeover would write it again)."""
 
     def ended(self, record: AgentRecord) -> None:
         """``record`` will be written (now, or once its energy is attributed)."""
@@ -48,6 +51,7 @@ class RecordJournal:
         self.added.pop(agent_id, None)
         if agent_id in self._stored:
             self.done.add(agent_id)
+            self.on_written()
 
     def restored(self, agent_id: str, row: Row) -> None:
         """A record the store holds (the previous leader's), written by us now."""
@@ -94,6 +98,7 @@ class StateSync:
         self.wall_clock = wall_clock
         self._queues: dict[str, tuple[Held, ...]] = {}
         self._instances: dict[str, tuple[object, ...]] = {}
+        self._taken: tuple[dict[str, tuple[Held, ...]], dict[str, tuple[object, ...]]] = ({}, {})
 
     # -- memory → store --------------------------------------------------------------------
 
@@ -125,6 +130,7 @@ class StateSync:
                 changes.instances[inst.name] = state_to_json(inst, now, now_unix)
         changes.removed_instances = sorted(old_instances.keys() - instances.keys())
         changes.records, changes.records_done = self.journal.take(full=full)
+        self._taken = (queues, instances)
         return changes
 
     def _queue_orders(self) -> dict[str, tuple[Held, ...]]:
@@ -134,18 +140,17 @@ class StateSync:
         """``changes`` reached the store: they are the baseline of the next take."""
         if not self.shared:
             return
+        queues, instances = self._taken  # as they were when taken, not as they are now
         if changes.full:
             self._queues, self._instances = {}, {}
         for name in changes.queues:
-            order = self._queue_orders().get(name, ())
+            order = queues.get(name, ())
             if order:
                 self._queues[name] = order
             else:
                 self._queues.pop(name, None)
         for name in changes.instances:
-            inst = self.pool.get(name)
-            if inst is not None:
-                self._instances[name] = shared_state(inst)
+            self._instances[name] = instances[name]
         for name in changes.removed_instances:
             self._instances.pop(name, None)
             self._queues.pop(name, None)

@@ -8,8 +8,8 @@ import asyncio
 
 import pytest
 
-from router.errors import FencedError, StoreUnavailableError
-from router.redis_store import RedisStore, apply_batch
+from router.errors import FencedError, LeaseLapsedError, StoreUnavailableError
+from router.redis_store import RedisStore, apply_summary
 from router.store import Changes, Snapshot
 from simulator.stack import free_port
 from tests.scaleout.services import RedisServer
@@ -66,8 +66,12 @@ async def test_a_batch_reads_back_whole_and_through_the_stream(redis: RedisServe
         assert snap.agents == [_row("y")]
         assert snap.queues == {} and snap.records == []
         assert snap.instances == {"i0": {"url": "http://h:1", "draining": False}}
-        for _id, _version, batch in await reader.follow(position, 100):
-            apply_batch(view, batch)
+        entries = await reader.follow(position, 100)
+        assert [v for _, v, _ in entries] == [1, 2]
+        ids = sorted({i for _, _, b in entries for i in b["rows"]})
+        rows, records = await reader.current(ids, ["z"])
+        for _id, _version, batch in entries:
+            apply_summary(view, batch, rows, records)
         assert (view.agents, view.queues, view.instances) == (
             snap.agents,
             snap.queues,
@@ -106,7 +110,30 @@ async def test_an_unreachable_redis_is_a_store_unavailable_error() -> None:
         await store.close()
 
 
-def test_snapshot_view_starts_empty() -> None:
-    view = Snapshot()
-    apply_batch(view, {"rows": {"a": '{"agent_id": "a"}'}, "deleted": []})
-    assert view.agents == [{"agent_id": "a"}]
+def test_a_row_gone_since_its_entry_leaves_the_view() -> None:
+    view = Snapshot(agents=[{"agent_id": "a"}])
+    apply_summary(
+        view, {"rows": ["a", "b"], "deleted": []}, {"a": None, "b": {"agent_id": "b"}}, {}
+    )
+    assert view.agents == [{"agent_id": "b"}]
+
+
+async def test_a_write_sent_under_a_lease_since_renewed_is_not_a_fence(
+    redis: RedisServer,
+) -> None:
+    """Redis came back: the leader's flusher had a write in flight under its lapsed
+    lease while it re-acquired a new one. That refusal must not make it step down."""
+    store = RedisStore(redis.url)
+    try:
+        old, _ = await store.try_acquire("a", "", 60_000)
+        await store._redis.delete(store.keys["lease"])  # lapsed while Redis was away
+        stale = asyncio.create_task(store.write(Changes(rows=[_row("x")])))
+        await asyncio.sleep(0)  # the stale write is on its way under the old lease
+        new, _ = await store.try_acquire("a", "", 60_000)
+        assert old is not None and new is not None and new.fence == old.fence + 1
+        with pytest.raises(LeaseLapsedError):
+            await stale
+        await store.write(Changes(rows=[_row("x")]))  # under the new lease it lands
+        assert [r["agent_id"] for r in (await store.load()).agents] == ["x"]
+    finally:
+        await store.close()
