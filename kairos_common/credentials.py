@@ -45,6 +45,8 @@ CREDENTIAL_ENV_VARS = frozenset(
         "KAIROS_ROUTER_CONTROL_TOKEN_FILE",
         "KAIROS_ROUTER_SIGNING_SECRET_FILE",
         "KAIROS_ROUTER_CREDENTIALS_DIR",
+        # the router's shared store: redis://:PASSWORD@host carries Redis AUTH
+        "KAIROS_ROUTER_STORE",
         # a daemon's credential
         "KAIROSD_ROUTER_TOKEN",
         "KAIROSD_ROUTER_TOKEN_FILE",

@@ -28,11 +28,14 @@ OTHERS = {  # credentials of the other programs, exported in the same shell
     "KAIROS_ROUTER_CONTROL_TOKEN_FILE": "/etc/kairos/control-token",
     "KAIROS_ROUTER_SIGNING_SECRET_FILE": "/var/lib/kairos-router/signing.key",
     "KAIROS_ROUTER_CREDENTIALS_DIR": "/var/lib/kairos-router/credentials",
+    "KAIROS_ROUTER_STORE": "redis://:redis-" + "c3" * 16 + "@10.0.1.10:6379/0",
     "KAIROSD_ROUTER_TOKEN": "dmn-" + "b2" * 16,
     "KAIROSD_ROUTER_TOKEN_FILE": "/etc/kairos/daemon.token",
 }
 SHOW_ENV = ["env"]
-_CREDENTIAL_LIKE = re.compile(r"(?<!PER_)(TOKEN|SECRET|CREDENTIALS?|PASSWORD|PASSWD)(_FILE|_DIR)?$")
+_CREDENTIAL_LIKE = re.compile(
+    r"(?<!PER_)(TOKEN|SECRET|CREDENTIALS?|PASSWORD|PASSWD)(_FILE|_DIR)?$|_STORE$"
+)  # a store URL may carry the Redis password
 
 
 def _schema_env_names() -> list[str]:
