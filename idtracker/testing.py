@@ -26,7 +26,7 @@ from aiohttp import web
 
 from kairos_common.errors import IdentityError, WireFormatError
 from kairos_common.identity import issue_token, new_agent_id, new_secret, parse_key, verify
-from kairos_common.leader import LEADER_HEADER, NOT_LEADER_CODE
+from kairos_common.leader import not_leader_reply
 from kairos_common.wire import (
     API_PREFIX,
     AgentEnd,
@@ -288,12 +288,8 @@ class StandInRouter:
 
     def _not_leader(self) -> web.Response:
         """A standby's answer (the router pair's contract, kairos_common.leader)."""
-        body = {"error": {"message": "not the leader", "type": "server_error",
-                          "param": None, "code": NOT_LEADER_CODE}}  # fmt: skip
-        headers = {"Retry-After": "1"}
-        if self.standby_of:
-            headers[LEADER_HEADER] = self.standby_of
-        return web.json_response(body, status=503, headers=headers)
+        status, headers, body = not_leader_reply(self.standby_of)
+        return web.json_response(body, status=status, headers=headers)
 
     def _identify(self, request: web.Request) -> ApiCall | web.Response:
         auth = request.headers.get("Authorization", "")

@@ -26,7 +26,14 @@ from urllib.parse import urlsplit
 
 from kairos_common.wire import LEADER_HEADER, NOT_LEADER_CODE, NOT_LEADER_STATUS
 
-__all__ = ["LEADER_HEADER", "NOT_LEADER_CODE", "RouterUrls", "not_leader_hint", "url_key"]
+__all__ = [
+    "LEADER_HEADER",
+    "NOT_LEADER_CODE",
+    "RouterUrls",
+    "not_leader_hint",
+    "not_leader_reply",
+    "url_key",
+]
 
 
 def url_key(url: str) -> str:
@@ -54,6 +61,19 @@ def not_leader_hint(status: int, headers: Mapping[str, str], body: bytes) -> str
     if not isinstance(error, dict) or error.get("code") != NOT_LEADER_CODE:
         return None
     return next((v.strip() for k, v in headers.items() if k.lower() == LEADER_HEADER.lower()), "")
+
+
+def not_leader_reply(leader_url: str | None) -> tuple[int, dict[str, str], dict[str, object]]:
+    """Status, headers and JSON body of a standby's answer, as the routers send it
+    (router/leadership.py): for the stand-in routers tests run clients against."""
+    body: dict[str, object] = {
+        "error": {"message": "not the leader", "type": "server_error", "param": None,
+                  "code": NOT_LEADER_CODE}
+    }  # fmt: skip
+    headers = {"Retry-After": "1"}
+    if leader_url:
+        headers[LEADER_HEADER] = leader_url
+    return NOT_LEADER_STATUS, headers, body
 
 
 class RouterUrls:

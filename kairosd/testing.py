@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from controllers.types import AgentView
-from kairos_common.leader import LEADER_HEADER, NOT_LEADER_CODE
+from kairos_common.leader import not_leader_reply
 from kairos_common.simgpu import SIM_GPU_PREFIX, SimGpuState
 from kairos_common.wire import API_PREFIX, AdmissionDecision, DecisionAck, InstanceState
 
@@ -302,12 +302,8 @@ class FakeRouter(_Served):
         """The answer of a router that cannot serve now (down, or a standby), else None."""
         self.calls += 1
         if self.standby_of is not None:
-            body = {"error": {"message": "not the leader", "type": "server_error",
-                              "param": None, "code": NOT_LEADER_CODE}}  # fmt: skip
-            headers = {"Retry-After": "1"}
-            if self.standby_of:
-                headers[LEADER_HEADER] = self.standby_of
-            return web.json_response(body, status=503, headers=headers)
+            status, headers, body = not_leader_reply(self.standby_of)
+            return web.json_response(body, status=status, headers=headers)
         return web.Response(status=503) if self.down else None
 
     def app(self) -> web.Application:
