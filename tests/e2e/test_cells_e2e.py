@@ -39,7 +39,7 @@ from router.testing import FakeBackend
 from simulator.stack import free_port
 from tests.scaleout.services import HAPROXY, REDIS_SERVER, Haproxy, redis_server, skip_unless
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.scaleout, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = REPO / "deploy" / "haproxy" / "cells.cfg"
