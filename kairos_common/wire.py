@@ -59,6 +59,12 @@ from kairos_common.wire_views import (
 )
 
 API_PREFIX = "/kairos/v1"
+CELL_HEADER = "X-Kairos-Cell"
+"""On an agent start: the cell to start it in (a nested id-tracker sends its
+parent's, so a front balancer starts a sub-agent beside its parent; docs/cells.md)."""
+REQUIRE_ROOM_HEADER = "X-Kairos-Require-Room"
+"""On an agent start: decline it (503 ``cell_full``) unless this cell has room now;
+the front balancer sets it on the starts it steers by room (docs/cells.md)."""
 WIRE_VERSION = 1
 
 # -- Leader and standby (docs/scale-out.md) ---------------------------------------------

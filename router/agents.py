@@ -64,8 +64,11 @@ class AgentService:
         wall_clock: Callable[[], float] = time.time,
         run: str = "",
         energy: EnergyService | None = None,
+        cell: str | None = None,
         journal: RecordJournal | None = None,
     ) -> None:
+        self.cell = cell
+        """Agent ids minted here carry it (kairos_common.identity.new_agent_id)."""
         self.ledger = ledger
         self.pool = pool
         self.admission = admission
@@ -100,7 +103,7 @@ class AgentService:
 
     def start(self, msg: AgentStart) -> AgentStarted:
         """``POST /kairos/v1/agents``: a fresh identity and its signed token."""
-        agent_id = new_agent_id()
+        agent_id = new_agent_id(self.cell)
         self._new(agent_id, parent_id=msg.parent_id, name=msg.name, slo_tok_s=msg.slo_tok_s)
         self.metrics.agents_started.labels("api").inc()
         log.info("agent_started", agent=agent_id, parent=msg.parent_id, agent_name=msg.name)

@@ -30,6 +30,7 @@ from reporting.records import JsonlWriter
 from router.admin_api import AdminApi
 from router.auth import ControlAuth
 from router.breaker import CircuitBreakers
+from router.cells import CellGuard, CellRoom
 from router.config import RouterConfig
 from router.control_api import ControlApi
 from router.core import RouterCore
@@ -173,7 +174,11 @@ def create_app(
     pump = core.admission.pump
     breakers = CircuitBreakers(pool, core, pump, clock, config.timeouts)
     app[BREAKERS_KEY] = breakers
-    identity = IdentityResolver(secret, config.identity_header, config.anonymous)
+    cell_guard = CellGuard(config.cell)
+    cell_room = CellRoom(
+        config.cell, core.admission, core.ledger, clock, config.cell_start_reserve_s
+    )
+    identity = IdentityResolver(secret, config.identity_header, config.anonymous, cell_guard)
     proxy = Proxy(
         pool=pool,
         ledger=core.ledger,
@@ -250,6 +255,8 @@ def create_app(
         persist=core.persist,
         wall_clock=wall_clock,
         watch=core.watch,
+        cell_room=cell_room,
+        cell_guard=cell_guard,
     )
     tokens = TokenCountApi(
         pool=pool,
@@ -264,6 +271,7 @@ def create_app(
     app.router.add_routes(public.routes())
     app.router.add_routes(tokens.routes())
     app.router.add_routes(control.routes())
+    app.router.add_routes(cell_room.routes())
     app.router.add_routes(AdminApi(core, auth).routes())
     health = HealthChecker(pool, core, pump, clock, config.timeouts, upstream)
     app[HEALTH_KEY] = health

@@ -17,7 +17,8 @@ from controllers.confident_placement import ConfidentReassignmentConfig
 from controllers.energy_attribution import WorkWeights
 from controllers.registry import PLACEMENT_NAMES
 from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
-from kairos_common.errors import ConfigError
+from kairos_common.errors import ConfigError, IdentityError
+from kairos_common.identity import check_cell
 
 ENV_PREFIX = "KAIROS_ROUTER"
 MIB = 1024 * 1024
@@ -253,6 +254,16 @@ class RouterConfig:
     """Idle draw of one instance's GPUs (W), left unattributed by energy per agent
     (docs/energy.md); unset: learned from intervals in which an instance did nothing."""
     energy_weights: EnergyWeightSettings = field(default_factory=EnergyWeightSettings)
+    cell: str | None = None
+    """The cell this router serves in a fleet split into cells (docs/cells.md): its
+    agent ids carry it (``<cell>_<hex>``), a front balancer routes each agent's
+    requests by it, and an identity of another cell is refused (421). Unset: no
+    cell, ids as before."""
+    cell_start_reserve_s: float = 60.0
+    """How long an agent started here counts towards the cell's room
+    (``GET /health/room``) before its first request places it: the time an agent
+    program may take to start up. Agents started longer ago and still silent no
+    longer reserve room."""
     store: str = "sqlite"
     """Where the state lives: ``sqlite`` (a file in ``state_dir``, one router) or
     ``redis://HOST:PORT/DB`` (shared by routers that elect a leader; docs/scale-out.md)."""
@@ -271,6 +282,14 @@ class RouterConfig:
     """Redis store: a command that takes longer counts as Redis unreachable."""
 
     def __post_init__(self) -> None:
+        if self.cell is not None:
+            try:
+                check_cell(self.cell)
+            except IdentityError as exc:
+                raise ConfigError(f"cell: {exc}") from None
+        reserve = self.cell_start_reserve_s
+        if not (math.isfinite(reserve) and 0.0 <= reserve <= 3600.0):
+            raise ConfigError(f"cell_start_reserve_s must be 0..3600 s, got {reserve}")
         if self.event_loop not in EVENT_LOOPS:
             raise ConfigError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}")
         if self.anonymous not in ("one-turn", "api-key"):

@@ -142,6 +142,7 @@ class RouterCore:
             clock=clock,
             wall_clock=wall_clock,
             energy=self.energy,
+            cell=config.cell,
             journal=self.journal if shared else None,
         )
         self.metrics.attach_state(self.gauges)

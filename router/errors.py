@@ -59,6 +59,25 @@ class NotFoundError(RouterError):
     err_type = "invalid_request_error"
 
 
+class MisdirectedError(RouterError):
+    """An agent identity of another cell reached this cell's router (421): the front
+    balancer's cell map is wrong, or a client was pointed past it."""
+
+    status = 421
+    code = "wrong_cell"
+    err_type = "invalid_request_error"
+
+
+class CellFullError(RouterError):
+    """An agent start that asked for room (``X-Kairos-Require-Room``) reached a cell
+    that cannot admit a new agent now (503 + Retry-After): the front balancer
+    tries another cell at once (docs/cells.md)."""
+
+    status = 503
+    code = "cell_full"
+    err_type = "server_error"
+
+
 class BodyTooLargeError(RouterError):
     status = 413
     code = "request_too_large"

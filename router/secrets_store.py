@@ -75,6 +75,13 @@ def _load_or_create_token(path: Path) -> str:
     return token
 
 
+def derive_daemon_token(daemon_key: bytes, instance: str) -> bytes:
+    """``HMAC-SHA256(daemon.key, instance)`` in hex: instance ``instance``'s daemon
+    credential, the same on every router holding the same ``daemon.key``."""
+    mac = hmac.new(daemon_key, b"kairos-daemon\0" + instance.encode(), hashlib.sha256)
+    return mac.hexdigest().encode()
+
+
 class RouterCredentials:
     """The router's admin, lifecycle and daemon credentials (SPEC §9).
 
@@ -87,8 +94,15 @@ class RouterCredentials:
     def __init__(self, folder: Path, admin_token: str | None = None) -> None:
         self.folder = folder
         try:
+            existed = folder.is_dir()
             folder.mkdir(parents=True, exist_ok=True)
-            os.chmod(folder, 0o700)
+            try:
+                os.chmod(folder, 0o700)
+            except OSError:
+                # A folder the operator provides read-only (a systemd credentials
+                # directory, a Kubernetes Secret volume): its files are what counts.
+                if not existed:
+                    raise
             self.admin = (admin_token or _load_or_create_token(folder / ADMIN_FILE)).encode()
             self.lifecycle = _load_or_create_token(folder / LIFECYCLE_FILE).encode()
             self._daemon_key = _load_or_create_token(folder / DAEMON_KEY_FILE).encode()
@@ -98,8 +112,7 @@ class RouterCredentials:
 
     def daemon_token(self, instance: str) -> bytes:
         """The daemon credential of ``instance`` (hex, as bytes)."""
-        mac = hmac.new(self._daemon_key, b"kairos-daemon\0" + instance.encode(), hashlib.sha256)
-        return mac.hexdigest().encode()
+        return derive_daemon_token(self._daemon_key, instance)
 
     def digests(self, instances: list[str]) -> dict[str, str]:
         """SHA-256 of each credential by role (``admin``, ``lifecycle``,
