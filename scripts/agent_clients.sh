@@ -22,6 +22,12 @@ NPM_DIR="$CLIENTS/npm"
 MSWEA_DIR="$CLIENTS/mswea"
 NPM_NEED_MB="${KAIROS_AGENT_CLIENTS_NPM_MB:-1200}"  # 0.81 GB installed, native binaries
 MSWEA_NEED_MB="${KAIROS_AGENT_CLIENTS_MSWEA_MB:-900}"  # 0.57 GB installed
+for need in "$NPM_NEED_MB" "$MSWEA_NEED_MB"; do
+  if ! [[ "$need" =~ ^[0-9]+$ ]]; then
+    echo "agent-clients: KAIROS_AGENT_CLIENTS_NPM_MB and KAIROS_AGENT_CLIENTS_MSWEA_MB must be whole numbers of MB, got '$need'" >&2
+    exit 2
+  fi
+done
 mkdir -p "$CLIENTS"
 
 free_mb() { df -Pm "$CLIENTS" | awk 'NR == 2 {print $4}'; }

