@@ -66,6 +66,11 @@ else
   # postinstall copies in place; the Codex launcher picks its platform package.
   npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error --engine-strict=false \
     "$CLAUDE_CODE" "$CODEX"
+  # The native binary is copied in by Claude Code's postinstall; an npm that holds
+  # install scripts back leaves its placeholder: run the postinstall ourselves.
+  if ! "$NPM_DIR/node_modules/.bin/claude" --version >/dev/null 2>&1; then
+    (cd "$NPM_DIR/node_modules/@anthropic-ai/claude-code" && node install.cjs)
+  fi
   got_claude=$("$NPM_DIR/node_modules/.bin/claude" --version)
   got_codex=$("$NPM_DIR/node_modules/.bin/codex" --version)
   if [[ "$got_claude" != "${CLAUDE_CODE##*@}"* ]] || [[ "$got_codex" != *"${CODEX##*@}" ]]; then

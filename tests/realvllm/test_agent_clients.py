@@ -183,6 +183,7 @@ def test_claude_code_recipe(
             f"{record['decode_tokens']} output tokens; newcomer sized {sized} tokens (the "
             f"instance's U {usage}, prefill signal {newcomer['prefill_tokens']}) for a "
             f"{prompt:.0f}-token prompt; by its max_tokens it would be {prompt + CAP_TOKENS:.0f}"
+            f"\n{result.stderr.strip().splitlines()[-1]}"
         )
     assert newcomer["context_tokens"] is None  # sized before any reply
     assert usage == sized
