@@ -81,7 +81,11 @@ def derive(base: Path, out: Path) -> None:
     tok.model_max_length = WINDOW_TOKENS
     tok.save_pretrained(out)
     meta = json.loads((base / "kairos-model.json").read_text())
-    meta.update(window_tokens=WINDOW_TOKENS, mean_eos_probability=round(mean_p, 4))
+    meta.update(
+        parameters=sum(p.numel() for p in model.parameters()),  # the head is its own now
+        window_tokens=WINDOW_TOKENS,
+        mean_eos_probability=round(mean_p, 4),
+    )
     (out / "kairos-model.json").write_text(json.dumps(meta) + "\n")
     print(
         f"agent model: window {WINDOW_TOKENS} tokens, end-of-sequence "
