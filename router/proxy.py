@@ -33,7 +33,7 @@ from router.admission import AdmissionService
 from router.agents import AgentService
 from router.breaker import CircuitBreakers
 from router.config import RouterConfig, TimeoutSettings
-from router.conversations import conversation_key
+from router.conversations import claude_code_thread, conversation_key
 from router.energy import ONE_TURN, EnergyService
 from router.errors import (
     AuthenticationError,
@@ -244,7 +244,8 @@ class Proxy:
         agents = self._agents
         admission = self._admission
         ledger = self._ledger
-        conversation = conversation_key(route, obj)
+        thread = claude_code_thread(ex.headers) if route == "messages" else None
+        conversation = conversation_key(route, obj, thread)
         agent = agents.for_request(ident.agent_id)
         agent.in_flight += 1
         agent.last_seen_s = t0
