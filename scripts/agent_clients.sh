@@ -50,6 +50,14 @@ fi
 
 # -- Claude Code and the Codex CLI: Node programs whose packages carry native binaries
 rm -f "$CLIENTS/npm-unavailable"
+# Node and npm from Debian's packages where they are missing and this runs as root
+# with apt (a bare CI machine; Debian 12 ships Node 18), as scripts/scaleout_env.sh
+# does for its services; elsewhere a stated skip below.
+if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "agent-clients: installing nodejs and npm (Debian packages; once)" >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null) \
+    || echo "agent-clients: could not install nodejs and npm" >&2
+fi
 node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
 if [ "$(cat "$NPM_DIR/.installed" 2>/dev/null)" = "$NPM_STAMP" ]; then
   :
