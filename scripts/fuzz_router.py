@@ -43,6 +43,7 @@ ROUTES = [
     ("GET", "/v1/models"),
     ("GET", "/health"),
     ("GET", "/health/ready"),
+    ("GET", "/health/room"),
     ("GET", "/metrics"),
     ("POST", "/kairos/v1/agents"),
     ("POST", "/kairos/v1/agents/{id}/end"),
