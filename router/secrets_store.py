@@ -8,6 +8,7 @@ restart keeps every issued identity valid; the control credentials
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import hmac
 import os
@@ -39,11 +40,10 @@ def load_or_create_secret(path: Path) -> bytes:
         text = path.read_text(encoding="ascii").strip()
     except FileNotFoundError:
         path.parent.mkdir(parents=True, exist_ok=True)
-        secret = new_secret()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="ascii") as fh:
-            fh.write(secret.hex() + "\n")
-        return secret
+        try:
+            text = _create_private(path, new_secret().hex())
+        except OSError as exc:
+            raise ConfigError(f"cannot create signing secret {path}: {exc}") from exc
     except OSError as exc:
         raise ConfigError(f"cannot read signing secret {path}: {exc}") from exc
     try:
@@ -64,15 +64,40 @@ def _write_private(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _create_private(path: Path, text: str) -> str:
+    """Create ``path`` (0600) holding ``text``, unless another process got there first;
+    the value that ``path`` holds afterwards either way.
+
+    Two routers started together on one credentials folder (a pair on one host, a
+    shared volume) must end with the same credential in memory and on disk: the
+    file is written whole under a private name and hard-linked into place, which
+    fails if ``path`` exists, so exactly one value wins and nobody reads a
+    half-written file.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as fh:
+        fh.write(text + "\n")
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return read_credential(path)
+    except OSError as exc:
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+            raise
+        os.replace(tmp, path)  # a filesystem without hard links: last writer wins
+    finally:
+        tmp.unlink(missing_ok=True)
+    return text
+
+
 def _load_or_create_token(path: Path) -> str:
     if path.is_file():
         try:
             return read_credential(path)
         except ConfigError as exc:
             raise ConfigError(f"{exc} (delete it to have a new one generated)") from None
-    token = secrets.token_hex(32)
-    _write_private(path, token)
-    return token
+    return _create_private(path, secrets.token_hex(32))
 
 
 def derive_daemon_token(daemon_key: bytes, instance: str) -> bytes:

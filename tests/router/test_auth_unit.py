@@ -59,6 +59,26 @@ def test_default_install_writes_private_credential_files(tmp_path: Path) -> None
     assert (folder / "daemon-i0.token").read_text().strip() == creds.daemon_token("i0").decode()
 
 
+def test_routers_starting_together_on_one_folder_agree_on_its_credentials(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two routers of a pair on one host share a credentials folder. Both can find
+    it empty (neither has written yet); the second must take the first's files,
+    not overwrite them while the first keeps its own in memory (CI saw the pair's
+    id-tracker refused with the file's lifecycle credential)."""
+    folder = tmp_path / "c"
+    monkeypatch.setattr(Path, "is_file", lambda self: False)  # both look before either writes
+    first = RouterCredentials(folder)
+    second = RouterCredentials(folder)
+    assert second.admin == first.admin and second.lifecycle == first.lifecycle
+    assert second.daemon_token("i0") == first.daemon_token("i0")
+    monkeypatch.undo()
+    assert (folder / "lifecycle.token").read_text().strip() == first.lifecycle.decode()
+    # No private temporaries left behind.
+    names = sorted(p.name for p in folder.iterdir())
+    assert names == ["admin.token", "daemon.key", "lifecycle.token"]
+
+
 def test_configured_admin_token_wins_and_names_unfit_for_files_are_skipped(
     tmp_path: Path,
 ) -> None:

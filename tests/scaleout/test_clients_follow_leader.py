@@ -122,7 +122,11 @@ async def test_id_tracker_passes_over_the_standby_and_ends_on_the_new_leader(
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdout is not None and proc.stdin is not None
-    agent_id, router_urls = (await asyncio.to_thread(proc.stdout.readline)).strip().split("|")
+    line = (await asyncio.to_thread(proc.stdout.readline)).strip()
+    if "|" not in line:  # id-tracker ended before the agent ran: say why
+        assert proc.stderr is not None
+        pytest.fail(f"no agent ran (exit {proc.wait(30)}): {proc.stderr.read()}")
+    agent_id, router_urls = line.split("|")
     # The agent's nested id-trackers would follow the leader over the same URLs.
     assert router_urls == f"{pair.urls[standby]},{pair.urls[lead]}"
     pair.kill(lead)  # the router that handled the start dies while the agent runs
