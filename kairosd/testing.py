@@ -324,7 +324,7 @@ class FakeRouter(_Served):
             ack = DecisionAck(accepted=False, reason="stale or duplicate")
         else:
             self._last_key = decision.order_key
-            admitted = [a for a in self.pending if a.agent_id in set(decision.admit)]
+            admitted = [a for a in self.pending if a.agent_id in set(decision.admission.admit)]
             self.pending = [a for a in self.pending if a not in admitted]
             self.ongoing.extend(admitted)
             ack = DecisionAck(

@@ -32,7 +32,7 @@ from kairos_common.config import load_config
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 from router.app import create_app, make_runner, publish_credentials, raise_nofile_limit
-from router.config import ENV_PREFIX, RouterConfig
+from router.config import ENV_PREFIX, RETIRED, RouterConfig
 from router.errors import RouterError
 
 app = make_app("Kairos agent-aware OpenAI-compatible router.", no_args_is_help=True)
@@ -145,7 +145,9 @@ def run(
         overrides["admission"] = {"capacity_tokens": capacity_tokens}
     try:
         check_log_level(log_level)
-        cfg = load_config(RouterConfig, path=config, env_prefix=ENV_PREFIX, overrides=overrides)
+        cfg = load_config(
+            RouterConfig, path=config, env_prefix=ENV_PREFIX, overrides=overrides, retired=RETIRED
+        )
         if not cfg.backends:
             raise ConfigError("no backend: pass --backend URL or set backends in the config")
         check_can_listen(cfg.host, cfg.port, "--port")

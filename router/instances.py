@@ -9,9 +9,10 @@ from (in order of preference) the instance's daemon decision, the backend's
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
+from kairos_common.views import AdmissionRule
 from router.errors import BadRequestError, NotFoundError
 
 
@@ -32,15 +33,11 @@ class Instance:
     decision_key: tuple[float, int] | None = None
     decision_valid_until_s: float = 0.0
     decision_defer: bool = False
-    decision_admission_control: bool = True
+    decision_rule: AdmissionRule | None = None
+    """The admission rule the daemon's last decision carried (its policy's, whole);
+    applied on this instance while the decision is fresh. None: no decision yet."""
     decision_offload_tokens: int = 0
     """The instance's CPU KV tier as its daemon last reported it (0: none)."""
-    decision_idle_after_s: float = 10.0
-    """The daemon's activity window: no request for this long is idle."""
-    decision_evictable_after_s: float | None = None
-    """The daemon's eviction window: idle this long holds no room (None: off)."""
-    decision_thresholds: tuple[float, float] | None = None
-    """Eq. 13's (β, γ) of the daemon's policy (None: the router's own)."""
     daemon_id: str | None = None
     clock_mhz: int | None = None
     boost: bool = False
@@ -91,10 +88,7 @@ class Instance:
             "models": list(self.served_models),
             "defer_admissions": self.decision_defer,
             "offload_tokens": self.decision_offload_tokens,
-            "evictable_after_s": self.decision_evictable_after_s,
-            "admission_thresholds": (
-                None if self.decision_thresholds is None else list(self.decision_thresholds)
-            ),
+            "admission_rule": None if self.decision_rule is None else asdict(self.decision_rule),
         }
 
 

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import pytest
 
+from controllers.registry import make_controller
 from controllers.types import AgentView
 from kairos_common.testing import ManualClock
 from kairosd.config import KairosdConfig
@@ -76,9 +77,12 @@ async def make_daemon(
     router: FakeRouter | None,
     session: aiohttp.ClientSession,
     clock: ManualClock,
+    variant: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> Daemon:
-    """A daemon on the sim backend against the fakes, driven epoch by epoch."""
+    """A daemon on the sim backend against the fakes, driven epoch by epoch;
+    ``variant`` changes constants of its policy in code (research variants, which
+    no configuration can set)."""
     cfg = KairosdConfig(
         instance="gpu0",
         vllm_url=vllm.url,
@@ -97,10 +101,13 @@ async def make_daemon(
     link = None
     if router is not None:
         link = RouterClient(session, router.url, cfg.instance, cfg.http_timeout_s)
+    controller = await build_controller(backend, cfg)
+    if variant:
+        controller = make_controller(cfg.policy, controller.levels, cfg.kairos, variant)
     return Daemon(
         cfg,
         backend=backend,
-        controller=await build_controller(backend, cfg),
+        controller=controller,
         vllm=VllmClient(session, vllm.url, cfg.http_timeout_s),
         router=link,
         sink=ListSink(),

@@ -12,6 +12,7 @@ from zeus.device.gpu.common import ZeusGPUNoPermissionError, ZeusGPUNotSupported
 from zeus.utils.zeusd import ZeusdAuthError, ZeusdConnectionError
 
 from controllers.frequency import FrequencyLevels
+from controllers.kairos import KAIROS
 from controllers.registry import make_controller
 from kairos_common.testing import ManualClock
 from kairosd.config import KairosdConfig
@@ -257,7 +258,7 @@ class RejectingController:
     """A controller whose decide() refuses the snapshot (e.g. invalid agent data)."""
 
     name = "rejecting"
-    admission_control = True
+    rule = KAIROS.rule
 
     def __init__(self) -> None:
         self.levels = FrequencyLevels.from_supported(CLOCKS)

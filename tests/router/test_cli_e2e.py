@@ -6,23 +6,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import openai
 import pytest
 
+from kairos_common.testing import free_port
 from router.testing import FakeBackend
 from tests.router.conftest import CHAT, agent_key, start_agent
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _wait_listening(proc: asyncio.subprocess.Process) -> list[bytes]:
@@ -39,7 +33,7 @@ async def _wait_listening(proc: asyncio.subprocess.Process) -> list[bytes]:
 
 
 async def test_router_process_end_to_end(backend: FakeBackend, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "KAIROS_ROUTER_IDLE_EXPIRY_S": "120"}
     proc = await asyncio.create_subprocess_exec(
