@@ -20,7 +20,13 @@ from aiohttp import web
 
 from controllers.types import AgentView
 from kairos_common.simgpu import SIM_GPU_PREFIX, SimGpuState
-from kairos_common.wire import API_PREFIX, AdmissionDecision, DecisionAck, InstanceState
+from kairos_common.wire import (
+    API_PREFIX,
+    WIRE_VERSION,
+    AdmissionDecision,
+    DecisionAck,
+    InstanceState,
+)
 
 H100_LIKE_CLOCKS_MHZ = tuple(range(210, 1981, 15))
 
@@ -275,6 +281,9 @@ class FakeRouter(_Served):
     ``(daemon_start_unix_s, epoch)`` keys, and only agents still pending.
     ``down`` answers 503 to everything. ``clock_cap_mhz`` / ``budget_conflict``
     are put in every applied decision's ack, as a router with a fleet budget does.
+    ``wire_version``: the version the fake speaks; another than the daemon's makes
+    it refuse decisions with HTTP 400 and answer state of that version, as a router
+    of another release does.
     """
 
     instance: str = "gpu0"
@@ -287,6 +296,7 @@ class FakeRouter(_Served):
     acks: list[DecisionAck] = field(default_factory=list)
     clock_cap_mhz: int | None = None
     budget_conflict: bool = False
+    wire_version: int = WIRE_VERSION
 
     def __post_init__(self) -> None:
         _Served.__init__(self)
@@ -313,12 +323,20 @@ class FakeRouter(_Served):
             return web.Response(status=503)
         if req.match_info["name"] != self.instance:
             return web.json_response({"error": "unknown instance"}, status=404)
-        return web.json_response(self.state().to_json())
+        return web.json_response({**self.state().to_json(), "version": self.wire_version})
 
     async def _decision(self, req: web.Request) -> web.Response:
         if self.down:
             return web.Response(status=503)
-        decision = AdmissionDecision.from_json(await req.json())
+        body = await req.json()
+        if self.wire_version != WIRE_VERSION:
+            message = (
+                f"wire version {body.get('version')} is not supported: this side speaks "
+                f"version {self.wire_version} (upgrade the router, kairosd and id-tracker together)"
+            )
+            error = {"message": message, "code": "unsupported_wire_version"}
+            return web.json_response({"error": error}, status=400)
+        decision = AdmissionDecision.from_json(body)
         self.decisions.append(decision)
         if self._last_key is not None and decision.order_key <= self._last_key:
             ack = DecisionAck(accepted=False, reason="stale or duplicate")

@@ -109,19 +109,8 @@ def _digest(rows: Iterator[tuple[Any, ...]]) -> str:
 def run_case(case: Case) -> dict[str, Any]:
     """One run, reduced to what behaviour it showed."""
     from controllers import FleetBudgetConfig
-    from reporting.metrics import summarize
-    from reporting.records import RunRecord
-    from simulator.cluster import Cluster
     from simulator.presets import get_preset, with_kv_offload
-    from simulator.runner import (
-        SimResult,
-        SimSpec,
-        _counters,
-        build_arrivals,
-        build_workload,
-        cluster_config,
-        result_json,
-    )
+    from simulator.runner import SimSpec, cluster_config, result_json, run_sim
 
     spec = SimSpec(
         policy=case.policy,
@@ -137,36 +126,20 @@ def run_case(case: Case) -> dict[str, Any]:
     config = cluster_config(spec)
     if case.cap_w is not None:
         config = dataclasses.replace(config, fleet_budget=FleetBudgetConfig(cap_w=case.cap_w))
-    arrivals = build_arrivals(spec)
-    cluster = Cluster(spec.preset, config, build_workload(spec), arrivals)
-    cluster.run()
-    counters = _counters(cluster, len(arrivals))
-    summary = summarize(
-        cluster.policy_name,
-        cluster.epochs,
-        cluster.agents_done,
-        slo_tok_s=spec.slo_tok_s,
-        duration_s=spec.duration_s,
-        preemptions=int(counters["preemptions"]),
-        recomputed_tokens=int(counters["recomputed_tokens"]),
-        unfinished_tok_s=cluster.unfinished_throughputs(spec.duration_s),
-    )
-    run = RunRecord(run="", policy="", source="simulator", duration_s=spec.duration_s,
-                    counters=counters)  # fmt: skip
-    result = SimResult(spec, summary, run, cluster.epochs, cluster.agents_done, 0.0)
+    result = run_sim(spec, config=config)
     metrics = {k: v for k, v in result_json(result).items() if k not in IGNORED}
     epochs = (
         (e.instance, e.epoch, e.target_clock_mhz, e.actual_clock_mhz, e.reason, e.admitted,
          e.ongoing, e.pending, e.usage_tokens, e.boost, e.deferred, e.min_throughput_tok_s,
          round(e.energy_j, 6))
-        for e in cluster.epochs
+        for e in result.epochs
     )  # fmt: skip
     agents = (
         (a.agent_id, a.start_s, a.end_s, a.turns, a.pending_s, a.instances, a.end_reason,
          a.energy_j)
-        for a in cluster.agents_done
+        for a in result.agents
     )  # fmt: skip
-    reasons = Counter(e.reason for e in cluster.epochs)
+    reasons = Counter(e.reason for e in result.epochs)
     return {
         "key": case.key,
         "policy": case.policy,

@@ -118,10 +118,16 @@ def cluster_config(spec: SimSpec) -> ClusterConfig:
     )
 
 
-def run_sim(spec: SimSpec, progress: Callable[[float], None] | None = None) -> SimResult:
-    """Run one spec to completion (virtual time ``spec.duration_s``)."""
+def run_sim(
+    spec: SimSpec,
+    progress: Callable[[float], None] | None = None,
+    config: ClusterConfig | None = None,
+) -> SimResult:
+    """Run one spec to completion (virtual time ``spec.duration_s``); ``config``
+    replaces the cluster ``spec`` describes (a fleet power budget, which no spec
+    field names)."""
     started = time.perf_counter()
-    config = cluster_config(spec)
+    config = config or cluster_config(spec)
     arrivals = build_arrivals(spec)
     cluster = Cluster(spec.preset, config, build_workload(spec), arrivals, progress=progress)
     cluster.run()
