@@ -20,8 +20,10 @@ from typing import Any
 
 from controllers.confident_placement import ConfidentReassignmentConfig
 from controllers.energy_attribution import WorkWeights
-from controllers.errors import UnknownPolicyError
-from controllers.registry import PLACEMENT_NAMES, policy_spec
+from controllers.errors import ControllerError, UnknownPolicyError
+from controllers.policy import Intents
+from controllers.registry import PLACEMENT_NAMES, policy_spec, rule_for
+from controllers.types import AdmissionRule
 from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
 from kairos_common.config import CODE_ONLY, NOTES
 from kairos_common.errors import ConfigError
@@ -30,14 +32,11 @@ ENV_PREFIX = "KAIROS_ROUTER"
 MIB = 1024 * 1024
 _CONFIDENT = ConfidentReassignmentConfig()
 _WEIGHTS = WorkWeights()
-_RULE = "the admission rule of the daemons' policy (key policy), carried in every decision"
 _NOW_LAW = "a departure measured and kept: it is the law now, with no switch"
 RETIRED: dict[str, str] = {
     "placement.relieve_overflow": f"{_NOW_LAW} (docs/control-law.md point 10)",
     "placement.balancing_moves_only": f"measured and not adopted ({NOTES})",
     "admission.enabled": 'choose policy = "kairos-no-ta" (or a baseline) to admit everyone',
-    "admission.beta": _RULE,
-    "admission.gamma": _RULE,
     "admission.new_agent_context_tokens": "a constant of the law (point 1: 3000 tokens)",
     "admission.admit_within_beta": f"{_NOW_LAW} (point 3)",
     "admission.make_room": f"{_NOW_LAW} (point 15)",
@@ -54,15 +53,18 @@ def _code(default: Any) -> Any:
 
 @dataclass(frozen=True)
 class PlacementSettings:
-    """The placement policy by name; Algorithm 2/3's constants and the ``confident``
-    policy's are constants of the code, with the simulator's values, so a policy
-    measured there behaves the same here (``hot``, ``cool``, ``recompute_factor``
-    and ``confirm`` only matter with ``policy = "confident"``, whose reassignment
-    interval is ``reassign_interval_requests``).
+    """The placement policy by name and Algorithm 2's θ_cons; Algorithm 3's
+    constants and the ``confident`` policy's are constants of the code, with the
+    simulator's values, so a policy measured there behaves the same here (``hot``,
+    ``cool``, ``recompute_factor`` and ``confirm`` only matter with
+    ``policy = "confident"``, whose reassignment interval is
+    ``reassign_interval_requests``).
     """
 
     policy: str = "consolidating"
-    theta_cons: float = _code(0.5)
+    theta_cons: float = 0.5
+    """Algorithm 2's θ_cons: how full (of ``U_max``) the lowest instances get before
+    the next one takes new agents."""
     reassign: bool = _code(True)
     reassign_interval_requests: int = _code(8)
     rho: float = _code(2.0)
@@ -107,11 +109,16 @@ class PlacementSettings:
 
 @dataclass(frozen=True)
 class AdmissionSettings:
-    """Hold queue bounds, the fallback capacity and the model's length.
+    """Hold queue bounds, the fallback capacity and the model's length, and Eq. 13's
+    thresholds as the operator states them for the router's own rule.
 
-    The rule itself (Eq. 13) is the daemons' policy's (``RouterConfig.policy``),
-    carried whole in every fresh decision."""
+    The rule itself is the daemons' policy's (``RouterConfig.policy``), carried
+    whole in every fresh decision; where a daemon is stale or absent the router
+    applies that policy's rule with ``beta`` / ``gamma`` if set (the same intents as
+    ``kairosd``'s ``[kairos] beta`` / ``gamma``; unset: the policy's own)."""
 
+    beta: float | None = None
+    gamma: float | None = None
     max_pending_agents: int = _code(1024)
     max_wait_s: float = 600.0
     retry_after_s: float = _code(5.0)
@@ -301,10 +308,20 @@ class RouterConfig:
             policy_spec(self.policy)
         except UnknownPolicyError as exc:
             raise ConfigError(f"policy: {exc}") from None
+        try:
+            self.rule()
+        except ControllerError as exc:
+            raise ConfigError(f"admission: {exc}") from None
         check_log_level(self.log_level, "log_level")
         idle = self.energy_idle_power_w
         if idle is not None and not (math.isfinite(idle) and 0 <= idle <= 1e6):
             raise ConfigError("energy_idle_power_w must be a power in W (0..1e6) or unset")
+
+    def rule(self) -> AdmissionRule:
+        """The router's own admission rule: its ``policy``'s, with the operator's
+        β / γ (applied where a daemon's decision is stale or absent)."""
+        adm = self.admission
+        return rule_for(self.policy, Intents(beta=adm.beta, gamma=adm.gamma))
 
     def resolved_state_dir(self) -> Path:
         """``state_dir``, else ``$XDG_STATE_HOME/kairos/router`` (``~/.local/state``)."""

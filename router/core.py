@@ -21,7 +21,7 @@ from collections.abc import Callable
 import structlog
 
 from controllers.epoch import NEW_AGENT_CONTEXT_TOKENS
-from controllers.registry import make_placement_policy, rule_for
+from controllers.registry import make_placement_policy
 from reporting.records import JsonlWriter, Record
 from router.admission import AdmissionService
 from router.agents import AgentService
@@ -68,7 +68,7 @@ class RouterCore:
         self.admission = AdmissionService(
             self.pool,
             self.ledger,
-            rule_for(config.policy),
+            config.rule(),
             adm,
             self.metrics,
             clock,

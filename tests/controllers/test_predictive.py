@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -20,6 +21,7 @@ from controllers import (
 from controllers.errors import InvalidConfigError
 from controllers.kairos import PREDICTIVE_NETS
 from controllers.predictive import PredictiveConfig, PredictiveController, confident_positive
+from controllers.testing import agent, snapshot
 from tests.controllers.conftest import synthetic_observations
 
 LEVELS = FrequencyLevels((660, 825, 975, 1140, 1305, 1470, 1620, 1785))
@@ -28,27 +30,16 @@ CAP = 500_000
 
 def _agents(tputs: list[float], ctx: int = 10_000) -> tuple[AgentView, ...]:
     return tuple(
-        AgentView(
-            agent_id=f"a{i}",
-            arrival_s=0.0,
-            context_tokens=ctx,
-            decode_tokens=int(t * 100),
-            llm_time_s=100.0,
-            completed_steps=5,
-        )
+        agent(f"a{i}", ctx, decode_tokens=int(t * 100), llm_time_s=100.0, steps=5)
         for i, t in enumerate(tputs)
     )
 
 
 def _snap(epoch: int, tputs: list[float], clock: int, obs: int = 0) -> InstanceSnapshot:
-    return InstanceSnapshot(
-        now_s=5.0 * epoch + 1000.0,
-        epoch=epoch,
-        capacity_tokens=CAP,
-        ongoing=_agents(tputs),
-        clock_mhz=clock,
-        observations=tuple(synthetic_observations(obs, seed=epoch, t0=epoch * 1000.0)),
-    )
+    snap = snapshot(*_agents(tputs), now_s=5.0 * epoch + 1000.0, epoch=epoch,
+                    capacity_tokens=CAP, clock_mhz=clock)  # fmt: skip
+    observations = tuple(synthetic_observations(obs, seed=epoch, t0=epoch * 1000.0))
+    return dataclasses.replace(snap, observations=observations)
 
 
 def _warm(ctrl: PredictiveController, clock: int, tputs: list[float]) -> int:

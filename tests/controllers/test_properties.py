@@ -26,6 +26,7 @@ from controllers import (
 from controllers.epoch import agent_context
 from controllers.kairos import KAIROS_NO_TA, PREDICTIVE_NETS
 from controllers.stages import context_level
+from controllers.testing import snapshot
 
 levels_st = st.lists(st.integers(100, 2000), min_size=1, max_size=20, unique=True).map(
     lambda xs: FrequencyLevels(tuple(sorted(xs)))
@@ -67,10 +68,8 @@ def _snapshot(
     ongoing: list[AgentView], pending: list[AgentView], cap: int, tier: int = 0
 ) -> InstanceSnapshot:
     pending_sorted = tuple(sorted(pending, key=lambda a: a.arrival_s))
-    return InstanceSnapshot(
-        now_s=200.0, epoch=0, capacity_tokens=cap, ongoing=tuple(ongoing), pending=pending_sorted,
-        offload_tokens=tier,
-    )  # fmt: skip
+    return snapshot(*ongoing, pending=pending_sorted, now_s=200.0, epoch=0, capacity_tokens=cap,
+                    offload_tokens=tier)  # fmt: skip
 
 
 LAWS = (KAIROS, KAIROS_ALG1, KAIROS_NO_TA, PREDICTIVE_NETS)

@@ -19,7 +19,7 @@ from controllers import (
     Reason,
     make_controller,
 )
-from controllers.testing import FIVE_LEVELS, active, idle, newcomer, snapshot
+from controllers.testing import FIVE_LEVELS, active, agent, idle, newcomer, snapshot
 from controllers.types import AgentView, InstanceSnapshot
 
 NOW = 100.0
@@ -171,15 +171,15 @@ LEVELS = FrequencyLevels((660, 900, 1200, 1500, 1980))
 
 
 def view(aid: str, ctx: int, in_flight: bool, last_s: float | None) -> AgentView:
-    return AgentView(aid, 0.0, context_tokens=ctx, in_flight=in_flight, last_active_s=last_s,
-                     decode_tokens=100, llm_time_s=1.0, completed_steps=1)  # fmt: skip
+    """An agent at 100 tok/s (no boost) with its activity as given."""
+    return agent(aid, ctx, in_flight=in_flight, last_active_s=last_s, decode_tokens=100,
+                 llm_time_s=1.0, steps=1)  # fmt: skip
 
 
 def snapshot_of(
     ongoing: tuple[AgentView, ...], pending: tuple[AgentView, ...] = ()
 ) -> InstanceSnapshot:
-    return InstanceSnapshot(now_s=100.0, epoch=1, capacity_tokens=100_000, ongoing=ongoing,
-                            pending=pending)  # fmt: skip
+    return snapshot(*ongoing, pending=pending, now_s=100.0)
 
 
 def paper_level(snap: InstanceSnapshot) -> int:
@@ -205,12 +205,12 @@ def test_recently_active_agents_count() -> None:
 
 def test_pressure_brings_back_the_paper_law() -> None:
     # Agents held here (the fleet is full) or U ≥ γ·U_max: contexts must drain.
-    held = snapshot_of(IDLE, pending=(AgentView("p", 99.0, estimated_context_tokens=40_000),))
+    held = snapshot_of(IDLE, pending=(agent("p", estimate=40_000, arrival_s=99.0),))
     assert KairosController(LEVELS).decide(held).level == paper_level(held) == 4
     full = snapshot_of((*IDLE, view("c", 26_000, False, 80.0)))  # 96K ≥ γ·U_max
     assert KairosController(LEVELS).decide(full).level == paper_level(full) == LEVELS.count
 
 
 def test_unknown_activity_is_the_paper_law() -> None:
-    snap = snapshot_of((AgentView("a", 0.0, context_tokens=80_000),))
+    snap = snapshot_of((agent("a", 80_000),))
     assert KairosController(LEVELS).decide(snap).level == LEVELS.count

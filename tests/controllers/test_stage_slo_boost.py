@@ -78,8 +78,7 @@ def test_tau_is_validated(tau: float) -> None:
 
 # -- on levels whose top is three times the bottom ------------------------------------------
 def slow(aid: str, tput_tok_s: float) -> AgentView:
-    return AgentView(aid, 0.0, context_tokens=1_000, decode_tokens=int(tput_tok_s * 10),
-                     llm_time_s=10.0, completed_steps=3, in_flight=True)  # fmt: skip
+    return throughput(aid, tput_tok_s)
 
 
 def test_boost_ignores_agents_no_clock_can_lift() -> None:
@@ -92,6 +91,6 @@ def test_boost_ignores_agents_no_clock_can_lift() -> None:
 
 
 def test_held_agents_still_trigger_the_draining_boost() -> None:
-    waiting = AgentView("p", 0.0, estimated_context_tokens=1_000, waiting_since_s=50.0)
+    waiting = newcomer("p", 1_000, now_s=100.0, waited_s=50.0)
     snap = snapshot_of((slow("ok", 30.0),), pending=(waiting,))  # held 50 s > grace
     assert KairosController(LEVELS).decide(snap).boost

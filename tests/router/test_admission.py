@@ -12,12 +12,14 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from controllers import KAIROS, KAIROS_ALG1
 from controllers.types import ADMIT_ALL
+from kairos_common.errors import ConfigError
 from kairos_common.testing import ManualClock, decision
 from kairos_common.wire import InstanceState
 from reporting.metrics import summarize
 from reporting.records import GAVE_UP, read_records
-from router.config import AdmissionSettings
+from router.config import AdmissionSettings, RouterConfig
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
     CHAT,
@@ -318,3 +320,17 @@ async def test_an_agent_that_comes_back_within_the_grace_keeps_its_place(
     assert q.order() == [_aid(c), _aid(b)]
     for task, token in ((b_late, b), (c_task, c)):
         await leave(task, token)
+
+
+def test_the_router_s_own_rule_is_its_policy_s_with_the_operator_s_thresholds() -> None:
+    """No dummy controller, no second copy of the law: the rule of the ``policy`` the
+    daemons run, with ``[admission] beta`` / ``gamma`` if the operator set them."""
+    assert RouterConfig().rule() == KAIROS.rule
+    assert RouterConfig(policy="kairos-alg1").rule() == KAIROS_ALG1.rule
+    tight = RouterConfig(admission=AdmissionSettings(beta=0.9, gamma=0.8)).rule()
+    assert (tight.beta, tight.gamma, tight.evictable_after_s) == (0.9, 0.8, 60.0)
+    assert not RouterConfig(policy="no-control").rule().enabled
+    with pytest.raises(ConfigError, match="gamma"):
+        RouterConfig(admission=AdmissionSettings(gamma=0.99))  # above kairos's β
+    with pytest.raises(ConfigError, match="renamed kairos-alg1"):
+        RouterConfig(policy="kairos-paper")
