@@ -34,7 +34,7 @@ from controllers.stages import (
     TierCeiling,
     WindowedContextLevel,
 )
-from controllers.types import AgentView, ControlDecision, InstanceSnapshot
+from controllers.types import ControlDecision, InstanceSnapshot
 from kairos_common.views import AdmissionRule
 
 KAIROS = Policy(
@@ -92,11 +92,6 @@ class KairosController:
     def rule(self) -> AdmissionRule:
         """Eq. 13 as this policy applies it, carried whole in every decision."""
         return self.policy.rule
-
-    @staticmethod
-    def agent_context(agent: AgentView) -> int:
-        """``C_a``, or the documented size of an agent without a completed request."""
-        return agent_context(agent)
 
     def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
         rule = self.policy.rule

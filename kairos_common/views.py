@@ -34,7 +34,7 @@ class AgentView:
 
     ``context_tokens`` is ``C_a``: prompt + completion tokens of the agent's latest
     completed request, or ``None`` when it has not completed one yet (the
-    controller then sizes it with ``KairosConfig.new_agent_context_tokens`` unless
+    controller then sizes it with ``controllers.epoch.NEW_AGENT_CONTEXT_TOKENS`` unless
     ``estimated_context_tokens`` is given, e.g. from the held request's prompt).
 
     ``decode_tokens`` and ``llm_time_s`` are the sums of Eq. 3/10 over completed

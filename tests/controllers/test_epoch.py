@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controllers import KAIROS, KAIROS_ALG1, InvalidSnapshotError
+from controllers import KAIROS, KAIROS_ALG1, InvalidConfigError, InvalidSnapshotError
 from controllers.admission import Activity, activity, resident_tokens
 from controllers.epoch import NEW_AGENT_CONTEXT_TOKENS, PENDING_GRACE_S, weigh
 from controllers.testing import FIVE_LEVELS, active, agent, idle, newcomer, snapshot
@@ -122,3 +122,11 @@ def test_a_held_agent_without_history_enters_eq10_at_zero_after_the_grace() -> N
     assert tputs(PENDING_GRACE_S) == ((0.0, False),)
     assert weigh(snapshot(pending=(newcomer("p", 1, now_s=NOW, waited_s=3.0),), now_s=NOW),
                  FIVE_LEVELS, RULE, pending_grace_s=2.0).throughputs == ((0.0, False),)  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, float("nan"), float("inf")])
+def test_the_rule_s_windows_are_validated(bad: float) -> None:
+    with pytest.raises(InvalidConfigError, match="evictable_after_s"):
+        KAIROS.varied(evictable_after_s=bad)
+    with pytest.raises(InvalidConfigError, match="idle_after_s"):
+        KAIROS.varied(idle_after_s=bad)
