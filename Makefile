@@ -6,7 +6,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: test demo lint typecheck pytest venv clean results realvllm
+.PHONY: test demo lint typecheck pytest venv clean results realvllm agentclients scaleout-env
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,19 @@ typecheck: $(STAMP)
 realvllm:
 	PYTHON=$(PYTHON) bash scripts/realvllm_env.sh
 
-pytest: $(STAMP) realvllm
+# The scale-out tier (tests/scaleout, docs/scale-out.md) starts real redis-server and
+# haproxy processes: installed from Debian's packages where this runs as root with
+# apt, else that tier skips and says why.
+scaleout-env:
+	bash scripts/scaleout_env.sh
+
+# The agents people run, in the same tier (tests/realvllm/test_agent_clients.py,
+# docs/agents.md): Claude Code and the Codex CLI from npm, mini-swe-agent from PyPI,
+# pinned, under .cache/agent-clients (once; skipped, saying why, without Node >= 18).
+agentclients: realvllm
+	PYTHON=$(PYTHON) bash scripts/agent_clients.sh
+
+pytest: $(STAMP) realvllm agentclients scaleout-env
 	$(BIN)/python -m pytest -q
 
 test: lint typecheck pytest

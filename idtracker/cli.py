@@ -55,11 +55,13 @@ def run(
         ),
     ],
     router_url: Annotated[
-        str | None,
+        list[str] | None,
         typer.Option(
             "--router-url",
             help="Router base URL, e.g. http://127.0.0.1:24157 (a trailing /v1 is accepted). "
-            "Env KAIROS_ROUTER_URL; default http://127.0.0.1:24157.",
+            "Repeat it for a router pair, front balancer first: the agent gets the first, "
+            "start and end follow the leader over all. Env KAIROS_ROUTER_URL "
+            "(comma-separated); default http://127.0.0.1:24157.",
             show_default=False,
         ),
     ] = None,
@@ -184,7 +186,7 @@ def run(
         cfg = config_mod.load(
             path=config,
             overrides={
-                "router_url": router_url,
+                "router_url": tuple(router_url) if router_url else None,
                 "fail_open": fail_open,
                 "control_token": control_token,
                 "control_token_file": control_token_file,
@@ -199,7 +201,7 @@ def run(
         configure_logging(cfg.log_level, log_json)
         req = LaunchRequest(
             cmd=list(cmd),
-            router_url=config_mod.normalise_router_url(cfg.router_url),
+            router_urls=config_mod.normalise_router_urls(cfg.router_url),
             name=name,
             slo_tok_s=slo,
             fail_open=cfg.fail_open,

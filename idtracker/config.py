@@ -30,7 +30,11 @@ DEFAULT_ROUTER_URL = "http://127.0.0.1:24157"  # the router's default listen add
 class IdTrackerConfig:
     """Everything id-tracker reads besides CMD; see the table in docs/idtracker.md."""
 
-    router_url: str = DEFAULT_ROUTER_URL
+    router_url: tuple[str, ...] = (DEFAULT_ROUTER_URL,)
+    """One router URL, or several (a router pair, or a front balancer first and the
+    routers behind it): a list in TOML, comma-separated in ``KAIROS_ROUTER_URL``,
+    ``--router-url`` repeated. The agent gets the first; the lifecycle calls
+    follow the leader over all of them (docs/idtracker.md, "Several routers")."""
     control_token: str | None = None
     control_token_file: Path | None = None
     fail_open: bool = False
@@ -51,6 +55,20 @@ class IdTrackerConfig:
         if self.request_timeout_s == 0:
             raise ConfigError("request_timeout_s must be positive")
         check_log_level(self.log_level, "log_level")
+        if not self.router_url:
+            raise ConfigError("router_url: at least one router URL is needed")
+
+
+def normalise_router_urls(urls: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """Every URL normalised (:func:`normalise_router_url`), duplicates dropped, order kept."""
+    out: list[str] = []
+    for url in urls:
+        normal = normalise_router_url(url)
+        if normal not in out:
+            out.append(normal)
+    if not out:
+        raise ConfigurationError("no router URL given")
+    return tuple(out)
 
 
 def normalise_router_url(url: str) -> str:
@@ -112,11 +130,13 @@ def load(
 
 def resolve_control_token(cfg: IdTrackerConfig, env: Mapping[str, str] | None = None) -> str | None:
     """The lifecycle credential: the literal value, else the file, else the one a
-    local router published (:mod:`kairos_common.credentials`); None if none."""
+    local router published (:mod:`kairos_common.credentials`; the first of the
+    router URLs that has one); None if none."""
     if cfg.control_token:
         return cfg.control_token.strip() or None
     if cfg.control_token_file is None:
-        return discover_credential(cfg.router_url, LIFECYCLE_FILE, env)
+        found = (discover_credential(url, LIFECYCLE_FILE, env) for url in cfg.router_url)
+        return next((token for token in found if token), None)
     try:
         return read_credential(cfg.control_token_file)
     except ConfigError as exc:

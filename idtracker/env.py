@@ -22,28 +22,41 @@ Which variables and why (sources in docs/idtracker.md):
   cloud key cannot reach the vLLM backends.
 * ``KAIROS_AGENT_ID`` / ``KAIROS_ROUTER_URL`` — this agent's identity and router,
   read by a nested id-tracker to register with ``parent_id``.
-* control credentials — never: ``KAIROS_CONTROL_TOKEN`` and
-  ``KAIROS_CONTROL_TOKEN_FILE`` are removed from the child's environment (SPEC §9).
-  A nested id-tracker finds the lifecycle credential the way the outer one did
-  (its config file or the router's published credentials,
-  :mod:`kairos_common.credentials`).
+* control credentials — never, on any path (tagged, or untagged under
+  ``--fail-open``): every variable of
+  :data:`kairos_common.credentials.CREDENTIAL_ENV_VARS` (id-tracker's
+  ``KAIROS_CONTROL_TOKEN`` and ``KAIROS_CONTROL_TOKEN_FILE``, the router's and the
+  daemons' token, secret and credential-file variables) is removed, and so is any
+  other variable whose value holds the lifecycle credential id-tracker uses
+  (:func:`without_credentials`; SPEC §9). A nested id-tracker finds the lifecycle
+  credential the way the outer one did (its config file or the router's
+  published credentials, :mod:`kairos_common.credentials`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import PurePath
 
+import structlog
+
 from idtracker.errors import ConfigurationError
+from kairos_common.credentials import CREDENTIAL_ENV_VARS
 from kairos_common.errors import IdentityError
-from kairos_common.identity import compose_key, real_key_of
+from kairos_common.identity import cell_of, compose_key, real_key_of
+from kairos_common.wire import CELL_HEADER
+
+log = structlog.get_logger()
 
 AGENT_ID_ENV = "KAIROS_AGENT_ID"
 ROUTER_URL_ENV = "KAIROS_ROUTER_URL"
 CONTROL_TOKEN_ENV = "KAIROS_CONTROL_TOKEN"  # noqa: S105 (a variable name)
 CONTROL_TOKEN_FILE_ENV = "KAIROS_CONTROL_TOKEN_FILE"  # noqa: S105 (a variable name)
-CREDENTIAL_VARS = (CONTROL_TOKEN_ENV, CONTROL_TOKEN_FILE_ENV)
+CREDENTIAL_VARS = CREDENTIAL_ENV_VARS
+MIN_SCRUB_CHARS = 8
+"""A credential this long or longer is also looked for inside other variables'
+values (a shorter one only as a whole value: it would match by accident)."""
 
 OPENAI_STYLE_BASE_URLS = ("OPENAI_BASE_URL", "OPENAI_API_BASE", "HOSTED_VLLM_API_BASE")
 ROUTER_ROOT_BASE_URLS = ("ANTHROPIC_BASE_URL",)
@@ -79,6 +92,13 @@ def parent_agent_id(parent: Mapping[str, str]) -> str | None:
     """The enclosing id-tracker's agent id, if this one is nested (and it is valid)."""
     value = parent.get(AGENT_ID_ENV, "").strip()
     return value if _AGENT_ID.match(value) else None
+
+
+def start_headers(parent_id: str | None) -> dict[str, str]:
+    """Headers of a nested agent's start: ``X-Kairos-Cell`` with its parent's cell,
+    so that a front balancer starts a sub-agent in its parent's cell (docs/cells.md)."""
+    cell = cell_of(parent_id)
+    return {CELL_HEADER: cell} if cell else {}
 
 
 def default_agent_name(cmd: list[str]) -> str:
@@ -118,6 +138,36 @@ def anthropic_points_here(parent: Mapping[str, str], router_url: str) -> bool:
     return any(_points_at(parent.get(v), router_url) for v in ROUTER_ROOT_BASE_URLS)
 
 
+def without_credentials(
+    parent: Mapping[str, str], credentials: Iterable[str | None] = ()
+) -> dict[str, str]:
+    """``parent`` less every control credential: the variables Kairos reads them
+    from (:data:`CREDENTIAL_VARS`), and any variable whose value holds one of
+    ``credentials`` (the lifecycle credential this id-tracker resolved, however
+    the user put it there: ``MY_TOKEN=$(cat lifecycle.token)``). Each variable
+    dropped by value is logged by name, never with its value.
+
+    The one place the agent's environment loses credentials: the tagged child
+    (:func:`child_env`) and the untagged one of ``--fail-open`` are both built
+    from what this returns.
+    """
+    secrets = [c.strip() for c in credentials if c and c.strip()]
+    out: dict[str, str] = {}
+    for name, value in parent.items():
+        if name in CREDENTIAL_VARS:
+            continue
+        if any(_holds(value, secret) for secret in secrets):
+            log.warning("variable holds a control credential: not passed to the agent", name=name)
+            continue
+        out[name] = value
+    return out
+
+
+def _holds(value: str, secret: str) -> bool:
+    value = value.strip()
+    return value == secret or (len(secret) >= MIN_SCRUB_CHARS and secret in value)
+
+
 def child_env(
     parent: Mapping[str, str],
     *,
@@ -125,6 +175,8 @@ def child_env(
     agent_id: str,
     token: str,
     keys: Mapping[str, str | None],
+    router_urls: Sequence[str] = (),
+    credentials: Iterable[str | None] = (),
 ) -> dict[str, str]:
     """``parent`` plus the router base URLs, identity-carrying keys and Kairos variables.
 
@@ -132,9 +184,14 @@ def child_env(
     for); their two key variables name that same endpoint, so an unset one takes
     the other's key. Anthropic's are rewritten only when Anthropic already points
     here, and never take an OpenAI key (nor the reverse). No control credential
-    is passed on.
+    is passed on (:func:`without_credentials`, with ``credentials``).
+
+    ``router_url`` is the one base URL the agent gets (an SDK takes one: the front
+    balancer, or the first router URL); ``router_urls``, all of id-tracker's, go
+    to a nested id-tracker in ``KAIROS_ROUTER_URL`` so that it follows the leader
+    too.
     """
-    env = {k: v for k, v in parent.items() if k not in CREDENTIAL_VARS}
+    env = without_credentials(parent, credentials)
     for var in OPENAI_STYLE_BASE_URLS:
         env[var] = f"{router_url}/v1"
     families = [OPENAI_KEYS]
@@ -148,5 +205,5 @@ def child_env(
             if var in parent or _always_set(var, parent):
                 env[var] = compose_key(token, keys.get(var) or shared)
     env[AGENT_ID_ENV] = agent_id
-    env[ROUTER_URL_ENV] = router_url
+    env[ROUTER_URL_ENV] = ",".join(router_urls) if router_urls else router_url
     return env

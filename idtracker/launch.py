@@ -38,7 +38,8 @@ class LaunchRequest:
     """What the CLI resolved from flags, environment and config."""
 
     cmd: list[str]
-    router_url: str
+    router_urls: tuple[str, ...]
+    """The router URLs in the operator's order; the agent gets the first."""
     name: str | None = None
     slo_tok_s: float | None = None
     fail_open: bool = False
@@ -51,6 +52,13 @@ class LaunchRequest:
     """Print what the run cost (the router's record of it) on stderr at the end."""
     summary_wait_s: float = 15.0
     """How long the end call may wait for that record's last joules."""
+
+    @property
+    def agent_url(self) -> str:
+        """The one base URL the agent gets: an SDK takes a single base URL, so the
+        agent cannot follow a leader itself; the front balancer (listed first) is
+        what makes its requests follow one (docs/idtracker.md, "Several routers")."""
+        return self.router_urls[0]
 
 
 def launch(
@@ -67,14 +75,15 @@ def launch(
     parent = dict(os.environ if parent_env is None else parent_env)
     now = clock or time.monotonic
     keys = child_env_mod.real_keys(parent)
+    start = _start_message(req, parent)
     client = LifecycleClient(
-        req.router_url,
+        req.router_urls,
         control_token=req.control_token,
         request_timeout_s=req.request_timeout_s,
         clock=now,
         wait=gate.wait_unless_stopped,
+        headers=child_env_mod.start_headers(start.parent_id),
     )
-    start = _start_message(req, parent)
     try:
         started = client.register(start, deadline_s=req.start_timeout_s)
     except RegistrationError as exc:
@@ -85,15 +94,20 @@ def launch(
             error=str(exc),
             exit_code_without_fail_open=exc.exit_code,
         )
-        return _run(req, parent, gate, now).exit_code
+        # Untagged, but never with a control credential (the router may be failing
+        # over, so this path runs in production).
+        untagged = child_env_mod.without_credentials(parent, [req.control_token])
+        return _run(req, untagged, gate, now).exit_code
     agent_id = started.agent_id
     log.info("agent registered", agent_id=agent_id, parent_id=start.parent_id, name=start.name)
     env = child_env_mod.child_env(
         parent,
-        router_url=req.router_url,
+        router_url=req.agent_url,
         agent_id=agent_id,
         token=started.token,
         keys=keys,
+        router_urls=req.router_urls,
+        credentials=[req.control_token],
     )
     early = gate.wait(0.0, STOP_SIGNALS)  # asked to stop during registration: never start
     if early is not None:

@@ -6,14 +6,24 @@ ends, so an event loop or a connection pool would only add start-up time to
 every agent launch. Retries are bounded by a deadline on an injected clock, and
 the wait between attempts is injected too: id-tracker passes one that returns
 early when a signal arrives, so Ctrl-C is never stuck behind a retry.
+
+With several router URLs (a router pair, or a front balancer and the routers
+behind it) each call goes to the one believed to lead
+(:class:`kairos_common.leader.RouterUrls`); a connection error, a 5xx (a
+standby's ``not_leader`` among them), a 429 or a 421 (a cell that is not the
+agent's) moves it on at once — to the leader a standby names, when that is a
+configured URL, else to the next URL — and only after a whole round of failures
+does it wait the backoff. So the end report reaches the leader even when the
+router that handled the start has died since.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import http.client
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -27,6 +37,7 @@ from idtracker.errors import (
     RouterUnavailableError,
 )
 from kairos_common.errors import WireFormatError
+from kairos_common.leader import RouterUrls, not_leader_hint
 from kairos_common.wire import (
     API_PREFIX,
     AgentEnd,
@@ -64,6 +75,7 @@ class Backoff:
 class _Reply:
     status: int
     body: bytes
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +86,11 @@ class EndReceipt:
 
 
 class _Transient(Exception):
-    """A failure worth retrying (connection error, timeout, 5xx, 429)."""
+    """A failure worth retrying elsewhere (connection error, timeout, 5xx, 429, 421)."""
+
+    def __init__(self, message: str, leader_hint: str | None = None) -> None:
+        super().__init__(message)
+        self.leader_hint = leader_hint
 
 
 class LifecycleClient:
@@ -82,21 +98,20 @@ class LifecycleClient:
 
     def __init__(
         self,
-        router_url: str,
+        router_urls: str | Sequence[str],
         *,
         control_token: str | None,
         request_timeout_s: float = 2.0,
         clock: Clock = time.monotonic,
         wait: Waiter = plain_wait,
         backoff: Backoff | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
-        parts = urlsplit(router_url)
-        self._https = parts.scheme == "https"
-        self._host = parts.hostname or "127.0.0.1"
-        self._port = parts.port
-        self._prefix = parts.path.rstrip("/")
-        self._router_url = router_url
+        """``headers`` go with every call (a nested id-tracker's ``X-Kairos-Cell``)."""
+        urls = [router_urls] if isinstance(router_urls, str) else list(router_urls)
+        self.routers = RouterUrls(urls)
         self._token = control_token
+        self._extra_headers = dict(headers or {})
         self._timeout_s = request_timeout_s
         self._clock = clock
         self._wait = wait
@@ -109,19 +124,19 @@ class LifecycleClient:
         reply = self._with_retries(f"{API_PREFIX}/agents", start.to_json(), deadline_s, "start")
         if reply.status in (401, 403):
             raise RegistrationRejectedError(
-                f"router at {self._router_url} refused the control token (HTTP {reply.status}); "
-                "set KAIROS_CONTROL_TOKEN or --control-token-file"
+                f"router at {self.routers.current} refused the control token "
+                f"(HTTP {reply.status}); set KAIROS_CONTROL_TOKEN or --control-token-file"
             )
         if reply.status not in (200, 201):
             raise RouterProtocolError(
-                f"router at {self._router_url} answered agent start with HTTP {reply.status}: "
+                f"router at {self.routers.current} answered agent start with HTTP {reply.status}: "
                 f"{_snippet(reply.body)}"
             )
         try:
             return AgentStarted.from_json(_json_object(reply.body))
         except WireFormatError as exc:
             raise RouterProtocolError(
-                f"router at {self._router_url} sent a malformed agent-start reply: {exc}"
+                f"router at {self.routers.current} sent a malformed agent-start reply: {exc}"
             ) from None
 
     def report_end(self, agent_id: str, end: AgentEnd, *, deadline_s: float) -> EndReceipt | None:
@@ -162,42 +177,61 @@ class LifecycleClient:
         what: str,
         timeout_s: float | None = None,
     ) -> _Reply:
-        """POST until a non-transient reply or the deadline; waits are interruptible."""
+        """POST until a non-transient reply or the deadline, moving through the
+        router URLs; waits (after each full round of failures) are interruptible."""
         give_up_at = self._clock() + deadline_s
         attempt = 0
+        failed_in_round = 0
+        rounds = 0
+        routers = self.routers
         while True:
             attempt += 1
+            url = routers.current
             try:
-                return self._post(path, body, timeout_s or self._timeout_s)
+                reply = self._post(url, path, body, timeout_s or self._timeout_s)
             except _Transient as exc:
-                last_error = str(exc)
+                last_error = f"{url}: {exc}"
+                following = routers.failed(url, exc.leader_hint)
+            else:
+                routers.succeeded(url)
+                return reply
             remaining = give_up_at - self._clock()
-            log.info("router call failed", call=what, attempt=attempt, error=last_error)
+            log.info("router call failed", call=what, attempt=attempt, error=last_error,
+                     next_router=following)  # fmt: skip
             if remaining <= 0:
                 raise RouterUnavailableError(
-                    f"router at {self._router_url} unreachable for agent {what}: {last_error} "
+                    f"router unreachable for agent {what}: {last_error} "
                     f"({attempt} attempt{'s' if attempt > 1 else ''} in {deadline_s:g} s)"
                 )
-            signum = self._wait(min(self._backoff.delay_s(attempt), remaining))
+            failed_in_round += 1
+            if failed_in_round < len(routers):
+                continue  # the next router at once: a round is one try of each
+            failed_in_round, rounds = 0, rounds + 1
+            signum = self._wait(min(self._backoff.delay_s(rounds), remaining))
             if signum is not None:
                 raise InterruptedBySignalError(signum)
 
-    def _post(self, path: str, body: dict[str, Any], timeout_s: float) -> _Reply:
-        conn_cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = conn_cls(self._host, self._port, timeout=timeout_s)
+    def _post(self, url: str, path: str, body: dict[str, Any], timeout_s: float) -> _Reply:
+        parts = urlsplit(url)
+        https = parts.scheme == "https"
+        conn_cls = http.client.HTTPSConnection if https else http.client.HTTPConnection
+        conn = conn_cls(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
+        headers.update(self._extra_headers)
         try:
-            conn.request("POST", self._prefix + path, json.dumps(body).encode(), headers)
+            conn.request("POST", parts.path.rstrip("/") + path, json.dumps(body).encode(), headers)
             resp = conn.getresponse()
-            reply = _Reply(resp.status, resp.read(64 * 1024))
+            reply = _Reply(resp.status, resp.read(64 * 1024), dict(resp.getheaders()))
         except (OSError, http.client.HTTPException) as exc:
             raise _Transient(_describe(exc)) from None
         finally:
             conn.close()
-        if reply.status >= 500 or reply.status == 429:
-            raise _Transient(f"HTTP {reply.status}")
+        if reply.status >= 500 or reply.status in (421, 429):
+            hint = not_leader_hint(reply.status, reply.headers, reply.body)
+            what = "not the leader" if hint is not None else f"HTTP {reply.status}"
+            raise _Transient(what, leader_hint=hint)
         return reply
 
 

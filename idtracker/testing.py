@@ -26,6 +26,7 @@ from aiohttp import web
 
 from kairos_common.errors import IdentityError, WireFormatError
 from kairos_common.identity import issue_token, new_agent_id, new_secret, parse_key, verify
+from kairos_common.leader import not_leader_reply
 from kairos_common.wire import (
     API_PREFIX,
     AgentEnd,
@@ -69,6 +70,11 @@ class StandInRouter:
     ``summary``, when given, answers an end call that asks for one (its
     ``agent_id`` replaced by the ending agent's); without it the stand-in answers
     as a router older than the summary does.
+
+    ``standby_of`` (settable while it runs) makes it a pair's standby: every
+    lifecycle call gets the ``not_leader`` 503, with ``X-Kairos-Leader`` naming
+    that URL when it is not empty. ``peer``: a stand-in sharing its agents (a
+    pair's shared state), so an end for an agent started there is accepted here.
     """
 
     def __init__(
@@ -80,7 +86,11 @@ class StandInRouter:
         end_status: int | None = None,
         idle_expiry_s: float = 1800.0,
         summary: AgentSummary | None = None,
+        standby_of: str | None = None,
+        peer: StandInRouter | None = None,
     ) -> None:
+        self.standby_of = standby_of
+        self.peer = peer
         self.control_token = control_token
         self.summary = summary
         self.secret = secret if secret is not None else new_secret()
@@ -234,6 +244,8 @@ class StandInRouter:
             self._start_attempts += 1
 
         self._record(count)
+        if self.standby_of is not None:
+            return self._not_leader()
         if not self._authorised(request):
             return web.json_response({"error": "bad control token"}, status=401)
         if self.start_status is not None:
@@ -256,10 +268,13 @@ class StandInRouter:
             self._end_attempts += 1
 
         self._record(count)
+        if self.standby_of is not None:
+            return self._not_leader()
         if self.end_status is not None:
             return web.json_response({"error": "forced"}, status=self.end_status)
         agent_id = request.match_info["agent_id"]
-        if not any(s.agent_id == agent_id for s in self.starts):
+        known = self.starts + (self.peer.starts if self.peer is not None else [])
+        if not any(s.agent_id == agent_id for s in known):
             return web.json_response({"error": "unknown agent"}, status=404)
         try:
             end = AgentEnd.from_json(await request.json())
@@ -270,6 +285,11 @@ class StandInRouter:
             summary = dataclasses.replace(self.summary, agent_id=agent_id)
             return web.json_response(AgentEndReply(summary).to_json())
         return web.json_response({"ok": True})
+
+    def _not_leader(self) -> web.Response:
+        """A standby's answer (the router pair's contract, kairos_common.leader)."""
+        status, headers, body = not_leader_reply(self.standby_of)
+        return web.json_response(body, status=status, headers=headers)
 
     def _identify(self, request: web.Request) -> ApiCall | web.Response:
         auth = request.headers.get("Authorization", "")

@@ -35,6 +35,29 @@ DEFAULT_ROUTER_PORT = 24157
 MAX_CREDENTIAL_CHARS = 512
 """Longer bearer values are refused before any comparison (a cheap bound)."""
 
+CREDENTIAL_ENV_VARS = frozenset(
+    {
+        # id-tracker's lifecycle (or admin) credential
+        "KAIROS_CONTROL_TOKEN",
+        "KAIROS_CONTROL_TOKEN_FILE",
+        # the router's admin credential, signing secret and credential files
+        "KAIROS_ROUTER_CONTROL_TOKEN",
+        "KAIROS_ROUTER_CONTROL_TOKEN_FILE",
+        "KAIROS_ROUTER_SIGNING_SECRET_FILE",
+        "KAIROS_ROUTER_CREDENTIALS_DIR",
+        # the router's shared store: redis://:PASSWORD@host carries Redis AUTH
+        "KAIROS_ROUTER_STORE",
+        # a daemon's credential
+        "KAIROSD_ROUTER_TOKEN",
+        "KAIROSD_ROUTER_TOKEN_FILE",
+    }
+)
+"""Every environment variable through which a Kairos program reads a control
+credential, a signing secret or where one lives. None of them ever reaches an
+agent process: id-tracker removes them all from the child's environment, tagged
+or untagged (idtracker/env.py); tests/idtracker/test_no_credentials.py checks
+that every credential-like key of the three configuration schemas is listed."""
+
 
 def daemon_file(instance: str) -> str:
     """The file name of one instance's daemon credential."""

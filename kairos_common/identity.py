@@ -13,6 +13,16 @@
 The router recovers the real key and forwards only that to vLLM; the identity
 part never reaches a backend. Keys that do not start with ``kairos1.`` are plain
 keys. Agent ids are ``[A-Za-z0-9_-]{1,64}``.
+
+**Cells.** A router that serves one cell of a larger fleet (``cell = "NAME"``)
+mints agent ids ``<cell>_<32 hex>`` (:func:`new_agent_id`); a router without a
+cell mints the bare 32 hex digits, as before. The key format is unchanged (the
+cell lives inside the agent id, so older clients and routers parse it as an
+ordinary id), and since the signature covers ``kairos1.<agent_id>``, it covers
+the cell: a client that edits the cell in its key breaks the signature, so it
+cannot move itself to another cell. A front balancer reads the cell from the
+key's second dot-separated field, up to the ``_`` (:func:`cell_of`;
+deploy/haproxy/cells.cfg).
 """
 
 from __future__ import annotations
@@ -30,6 +40,11 @@ PREFIX = "kairos1"
 UNSIGNED = "-"
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SIG_BYTES = 16
+CELL_SEPARATOR = "_"
+MAX_CELL_CHARS = 31
+"""31 + ``_`` + 32 hex digits = 64, the longest agent id."""
+_CELL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,29}[a-z0-9])?$")
+_CELL_AGENT_ID = re.compile(r"^([a-z0-9](?:[a-z0-9-]{0,29}[a-z0-9])?)_[0-9a-f]{32}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,9 +57,30 @@ class ParsedKey:
     signature: str | None = None
 
 
-def new_agent_id() -> str:
-    """A fresh random agent id (128 bits, URL-safe)."""
-    return secrets.token_hex(16)
+def check_cell(name: str) -> str:
+    """``name`` if it can name a cell: lower-case letters, digits and inner hyphens,
+    at most 31 characters (a DNS label, so it is also a Kubernetes name and an
+    HAProxy map key); raises :class:`IdentityError` otherwise."""
+    if not _CELL.match(name):
+        raise IdentityError(
+            f"cell name {name!r}: expected 1-{MAX_CELL_CHARS} lower-case letters, digits "
+            "and inner hyphens (e.g. a, cell-2)"
+        )
+    return name
+
+
+def new_agent_id(cell: str | None = None) -> str:
+    """A fresh random agent id (128 bits, URL-safe), ``<cell>_<hex>`` in a cell."""
+    random_part = secrets.token_hex(16)
+    return f"{check_cell(cell)}{CELL_SEPARATOR}{random_part}" if cell else random_part
+
+
+def cell_of(agent_id: str | None) -> str | None:
+    """The cell an agent id was minted in (None: no cell, or not an id a router minted)."""
+    if not agent_id:
+        return None
+    found = _CELL_AGENT_ID.match(agent_id)
+    return found.group(1) if found else None
 
 
 def new_secret() -> bytes:

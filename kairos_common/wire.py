@@ -68,6 +68,12 @@ from kairos_common.wire_views import (
 )
 
 API_PREFIX = "/kairos/v1"
+CELL_HEADER = "X-Kairos-Cell"
+"""On an agent start: the cell to start it in (a nested id-tracker sends its
+parent's, so a front balancer starts a sub-agent beside its parent; docs/cells.md)."""
+REQUIRE_ROOM_HEADER = "X-Kairos-Require-Room"
+"""On an agent start: decline it (503 ``cell_full``) unless this cell has room now;
+the front balancer sets it on the starts it steers by room (docs/cells.md)."""
 WIRE_VERSION = 2
 """The schema version of every message below. 2: decisions carry their policy's
 whole admission rule and group their fields (issue 58)."""
@@ -87,6 +93,37 @@ def check_version(obj: dict[str, Any]) -> None:
 
 def _versioned(body: dict[str, Any]) -> dict[str, Any]:
     return {"version": WIRE_VERSION, **body}
+
+
+# -- Leader and standby (docs/scale-out.md) ---------------------------------------------
+# Routers that share a Redis store elect one leader; only it serves. These names are
+# the whole contract a client (id-tracker, kairosd, a front balancer) relies on.
+LIVENESS_PATH = "/health"
+"""200 while the process serves HTTP, leader or not (liveness)."""
+READY_PATH = "/health/ready"
+"""200 ``{"ready": true, "role": "leader", "store": {...}, ...}`` on the router that
+holds the lease (a router on the embedded SQLite store always does); 503
+``{"ready": false, "role": "standby", "reason": "...", "store": {...}, ...}``
+otherwise. A front balancer checks it to send traffic to the leader only."""
+ROLE_LEADER = "leader"
+ROLE_STANDBY = "standby"
+NOT_LEADER_STATUS = 503
+NOT_LEADER_CODE = "not_leader"
+"""``error.code`` of the OpenAI-style body a standby answers every route with except
+:data:`LIVENESS_PATH`, :data:`READY_PATH` and ``/metrics``."""
+LEADER_HEADER = "X-Kairos-Leader"
+"""On a ``not_leader`` answer: the leader's advertised URL, when the standby knows it."""
+NOT_LEADER_RETRY_AFTER_S = 1
+"""``Retry-After`` (whole seconds) on a ``not_leader`` answer."""
+
+
+def is_not_leader(status: int, body: Any) -> bool:
+    """Whether an answer (status, parsed JSON body) is a standby's ``not_leader``: the
+    caller should try another router URL (or the one in :data:`LEADER_HEADER`)."""
+    if status != NOT_LEADER_STATUS or not isinstance(body, dict):
+        return False
+    error = body.get("error")
+    return isinstance(error, dict) and error.get("code") == NOT_LEADER_CODE
 
 
 @dataclass(frozen=True, slots=True)

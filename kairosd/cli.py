@@ -65,8 +65,11 @@ def run(
         str | None, Opt(help="Base URL of this instance's vLLM server, e.g. http://127.0.0.1:8000.")
     ] = None,
     router_url: Annotated[
-        str | None,
-        Opt(help="Kairos router base URL. Omit for standalone mode (U from vLLM, no SLO boost)."),
+        list[str] | None,
+        Opt(
+            help="Kairos router base URL; repeat it for a router pair (the daemon follows "
+            "the leader). Omit for standalone mode (U from vLLM, no SLO boost)."
+        ),
     ] = None,
     gpu_backend: Annotated[
         str | None,
@@ -148,7 +151,7 @@ def run(
         overrides: dict[str, Any] = {
             "instance": instance,
             "vllm_url": vllm_url,
-            "router_url": router_url,
+            "router_url": tuple(router_url) if router_url else None,
             "gpu_backend": gpu_backend,
             "gpus": parse_gpus(gpus),
             "policy": policy,

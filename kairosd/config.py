@@ -109,7 +109,11 @@ class KairosdConfig:
     sim_gpu_url: str | None = None
     """Base URL hosting the simulated GPU (``gpu_backend = "sim"``); default ``vllm_url``.
     Set it to run the sim backend beside a real vLLM, which has no ``/kairos-sim``."""
-    router_url: str | None = None
+    router_url: tuple[str, ...] = ()
+    """The router's URL, or several (a router pair, or a front balancer and the
+    routers behind it): a list in TOML, comma-separated in ``KAIROSD_ROUTER_URL``,
+    ``--router-url`` repeated. The daemon calls the one that leads and follows a
+    failover (docs/kairosd.md, "Several routers"). Empty: standalone mode."""
     router_token: str | None = None
     router_token_file: Path | None = None
     gpu_backend: str = "zeus"
@@ -151,6 +155,9 @@ class KairosdConfig:
     policy's own)."""
 
     def __post_init__(self) -> None:
+        if isinstance(self.router_url, str) or self.router_url is None:  # one URL, or none
+            urls = (self.router_url,) if self.router_url else ()
+            object.__setattr__(self, "router_url", urls)
         if self.gpu_backend not in BACKENDS:
             raise ValueError(f"gpu_backend must be one of {', '.join(BACKENDS)}")
         if self.require_control and self.gpu_backend == "observe":
@@ -171,8 +178,8 @@ class KairosdConfig:
         check_port(self.listen_port, "listen_port")
         if self.vllm_url:
             check_http_url(self.vllm_url, "vllm_url")
-        if self.router_url:
-            check_http_url(self.router_url, "router_url")
+        for url in self.router_url:
+            check_http_url(url, "router_url")
         check_policy(self.policy)
         check_log_level(self.log_level, "log_level")
         if not (math.isfinite(self.sim_speedup) and 0.0 < self.sim_speedup <= 1000.0):
@@ -194,8 +201,10 @@ class KairosdConfig:
             return self.router_token
         if self.router_token_file is not None:
             return read_credential(self.router_token_file)
-        if self.router_url and self.instance:
-            return discover_credential(self.router_url, daemon_file(self.instance), env)
+        if self.instance:
+            name = daemon_file(self.instance)
+            found = (discover_credential(url, name, env) for url in self.router_url)
+            return next((token for token in found if token), None)
         return None
 
     @property

@@ -19,6 +19,7 @@ from typing import Any
 from aiohttp import web
 
 from controllers.types import AgentView
+from kairos_common.leader import not_leader_reply
 from kairos_common.simgpu import SIM_GPU_PREFIX, SimGpuState
 from kairos_common.wire import (
     API_PREFIX,
@@ -284,6 +285,9 @@ class FakeRouter(_Served):
     ``wire_version``: the version the fake speaks; another than the daemon's makes
     it refuse decisions with HTTP 400 and answer state of that version, as a router
     of another release does.
+    ``standby_of`` makes it a pair's standby: the ``not_leader`` 503 to everything,
+    with ``X-Kairos-Leader`` naming that URL when it is not empty. ``calls``
+    counts the requests it got.
     """
 
     instance: str = "gpu0"
@@ -297,10 +301,20 @@ class FakeRouter(_Served):
     clock_cap_mhz: int | None = None
     budget_conflict: bool = False
     wire_version: int = WIRE_VERSION
+    standby_of: str | None = None
+    calls: int = 0
 
     def __post_init__(self) -> None:
         _Served.__init__(self)
         self._last_key: tuple[float, int] | None = None
+
+    def _unavailable(self) -> web.Response | None:
+        """The answer of a router that cannot serve now (down, or a standby), else None."""
+        self.calls += 1
+        if self.standby_of is not None:
+            status, headers, body = not_leader_reply(self.standby_of)
+            return web.json_response(body, status=status, headers=headers)
+        return web.Response(status=503) if self.down else None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -319,15 +333,15 @@ class FakeRouter(_Served):
         )
 
     async def _state(self, req: web.Request) -> web.Response:
-        if self.down:
-            return web.Response(status=503)
+        if (refused := self._unavailable()) is not None:
+            return refused
         if req.match_info["name"] != self.instance:
             return web.json_response({"error": "unknown instance"}, status=404)
         return web.json_response({**self.state().to_json(), "version": self.wire_version})
 
     async def _decision(self, req: web.Request) -> web.Response:
-        if self.down:
-            return web.Response(status=503)
+        if (refused := self._unavailable()) is not None:
+            return refused
         body = await req.json()
         if self.wire_version != WIRE_VERSION:
             message = (

@@ -220,6 +220,12 @@ def _from_obj(obj: dict[str, Any]) -> Record:
         raise RecordError(f"{kind} record: {exc}") from exc
 
 
+def record_from_json(obj: dict[str, Any]) -> Record:
+    """A record from its JSON object (as :func:`to_json_line` wrote it); RecordError
+    when it is not one."""
+    return _from_obj(obj)
+
+
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
     """Numbered lines of a JSONL text file; a binary file (a PNG picked up by a glob)
     or an unreadable one is one :class:`RecordError` naming the file."""

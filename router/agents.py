@@ -24,6 +24,7 @@ from router.errors import NotFoundError
 from router.instances import InstancePool
 from router.ledger import Agent, Ledger
 from router.metrics import RouterMetrics
+from router.state_sync import RecordJournal
 
 log = structlog.get_logger("kairos.router.agents")
 
@@ -63,7 +64,11 @@ class AgentService:
         wall_clock: Callable[[], float] = time.time,
         run: str = "",
         energy: EnergyService | None = None,
+        cell: str | None = None,
+        journal: RecordJournal | None = None,
     ) -> None:
+        self.cell = cell
+        """Agent ids minted here carry it (kairos_common.identity.new_agent_id)."""
         self.ledger = ledger
         self.pool = pool
         self.admission = admission
@@ -81,6 +86,8 @@ class AgentService:
         self._one_turn_seq = 0
         self.energy = energy
         """Fills records with attributed energy before they are written (None: no energy)."""
+        self.journal = journal
+        """With a shared store: keeps each record in the store until it is written."""
 
     def _new(self, agent_id: str, *, ephemeral: bool = False, **kw: Any) -> Agent:
         now = self.clock()
@@ -96,7 +103,7 @@ class AgentService:
 
     def start(self, msg: AgentStart) -> AgentStarted:
         """``POST /kairos/v1/agents``: a fresh identity and its signed token."""
-        agent_id = new_agent_id()
+        agent_id = new_agent_id(self.cell)
         self._new(agent_id, parent_id=msg.parent_id, name=msg.name, slo_tok_s=msg.slo_tok_s)
         self.metrics.agents_started.labels("api").inc()
         log.info("agent_started", agent=agent_id, parent=msg.parent_id, agent_name=msg.name)
@@ -162,6 +169,8 @@ class AgentService:
         if self.records is None and self.energy is None:
             return
         record = self._record(agent, reason, exit_code)
+        if self.journal is not None:
+            self.journal.ended(record)
         if self.energy is not None:
             self.energy.finish(record)  # written once its last joules are attributed
         elif self.records is not None:

@@ -13,7 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import resource
+import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
@@ -27,6 +30,7 @@ from reporting.records import JsonlWriter
 from router.admin_api import AdminApi
 from router.auth import ControlAuth
 from router.breaker import CircuitBreakers
+from router.cells import CellGuard, CellRoom
 from router.config import RouterConfig
 from router.control_api import ControlApi
 from router.core import RouterCore
@@ -34,6 +38,8 @@ from router.errors import RouterError, StateStoreError
 from router.fast_http import FastHttpConfig
 from router.health import HealthChecker
 from router.identity_mw import IdentityResolver
+from router.leadership import UNGATED_PATHS, LeaderGate, ready_body
+from router.lease import LeaseKeeper, LeaseMetrics, LeaseTiming
 from router.openai_errors import (
     as_response,
     error_parts,
@@ -43,9 +49,10 @@ from router.openai_errors import (
 from router.ports import Persist
 from router.proxy import ROUTES, Proxy, ProxyLimits
 from router.public_api import PublicApi
+from router.redis_store import RedisStore
 from router.secrets_store import RouterCredentials, load_or_create_secret
 from router.server_limits import LimitedRunner, http_logger
-from router.store import StateStore
+from router.store import SqliteStore, StateStore
 from router.token_count import TokenCountApi
 from router.upstream import UpstreamClient
 
@@ -55,6 +62,7 @@ HEALTH_KEY = web.AppKey("kairos_health", HealthChecker)
 CREDENTIALS_KEY = web.AppKey("kairos_credentials", RouterCredentials)
 BREAKERS_KEY = web.AppKey("kairos_breakers", CircuitBreakers)
 PROXY_KEY = web.AppKey("kairos_proxy", Proxy)
+GATE_KEY = web.AppKey("kairos_gate", LeaderGate)
 MAINTENANCE_INTERVAL_S = 1.0
 UPSTREAM_KEEPALIVE_S = 4.0
 """Idle upstream connections are dropped after this, under uvicorn's (vLLM's) 5 s."""
@@ -101,9 +109,36 @@ def resolve_config(config: RouterConfig) -> tuple[RouterConfig, bytes | None, St
         config = dataclasses.replace(
             config, control_token=read_credential(config.control_token_file)
         )
-    store = StateStore(state / "router.sqlite3")
+    store: StateStore
+    if config.shared_store:
+        store = RedisStore(
+            config.store, prefix=config.store_prefix, timeout_s=config.store_timeout_s
+        )
+    else:
+        store = SqliteStore(state / "router.sqlite3")
     records = JsonlWriter(config.records or state / "agents.jsonl")
     return config, secret, store, records
+
+
+def router_id(config: RouterConfig) -> str:
+    """A name for this router process in the lease (host, port, pid, a random tag)."""
+    return f"{socket.gethostname()}:{config.port}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+def leader_middleware(gate: LeaderGate) -> Any:
+    """A standby answers every route but liveness, readiness and metrics with 503
+    ``not_leader`` (kairos_common.wire); the error middleware shapes the body."""
+
+    @web.middleware
+    async def middleware(
+        request: web.Request, handler: Callable[[web.Request], Any]
+    ) -> web.StreamResponse:
+        if request.path not in UNGATED_PATHS:
+            gate.check()
+        resp: web.StreamResponse = await handler(request)
+        return resp
+
+    return middleware
 
 
 def create_app(
@@ -117,6 +152,7 @@ def create_app(
     (tests drive them explicitly instead of waiting on timers)."""
     config, secret, store, records = resolve_config(config)
     credentials = RouterCredentials(config.resolved_credentials_dir(), config.control_token)
+    gate = LeaderGate.standby("starting", clock) if store.shared else LeaderGate(clock)
     core = RouterCore(
         config, secret=secret, store=store, records=records, clock=clock, wall_clock=wall_clock
     )
@@ -128,13 +164,21 @@ def create_app(
         lambda: [i.name for i in pool],
         loopback_reads=config.control_token is None,
     )
-    app = web.Application(client_max_size=config.max_body_bytes, middlewares=[error_middleware])
+    middlewares = [error_middleware]
+    if store.shared:
+        middlewares.append(leader_middleware(gate))
+    app = web.Application(client_max_size=config.max_body_bytes, middlewares=middlewares)
     app[CORE_KEY] = core
+    app[GATE_KEY] = gate
     app[CREDENTIALS_KEY] = credentials
     pump = core.admission.pump
     breakers = CircuitBreakers(pool, core, pump, clock, config.timeouts)
     app[BREAKERS_KEY] = breakers
-    identity = IdentityResolver(secret, config.identity_header, config.anonymous)
+    cell_guard = CellGuard(config.cell)
+    cell_room = CellRoom(
+        config.cell, core.admission, core.ledger, clock, config.cell_start_reserve_s
+    )
+    identity = IdentityResolver(secret, config.identity_header, config.anonymous, cell_guard)
     proxy = Proxy(
         pool=pool,
         ledger=core.ledger,
@@ -149,6 +193,7 @@ def create_app(
         health=core,
         clock=clock,
         limits=ProxyLimits.from_config(config),
+        gate=gate,
     )
     for path in ROUTES:
         app.router.add_post(path, proxy.handle)
@@ -156,6 +201,37 @@ def create_app(
 
     def upstream() -> aiohttp.ClientSession:
         return proxy.session  # opened at start-up, after the wiring
+
+    keeper: LeaseKeeper | None = None
+    if isinstance(store, RedisStore):
+
+        async def share_secrets(shared: RedisStore) -> None:
+            # Identities minted by any router of the pair verify on every one, and
+            # each accepts the others' credentials (by digest).
+            if secret is not None:
+                common = bytes.fromhex(await shared.share_secret(secret.hex()))
+                identity.secret = core.agents.secret = common
+            names = [i.name for i in pool]
+            auth.shared_digests = await shared.share_credentials(credentials.digests(names))
+
+        keeper = LeaseKeeper(
+            store,
+            gate,
+            core,
+            router_id=router_id(config),
+            advertise_url=(config.advertise_url or "").rstrip("/"),
+            timing=LeaseTiming(config.leader_lease_s, config.store_flush_interval_s),
+            metrics=LeaseMetrics(core.metrics.registry),
+            share_secrets=share_secrets,
+            clock=clock,
+        )
+        core.on_fenced = keeper.on_fenced
+        core.ledger.on_assign.append(keeper.kick)
+        core.journal.on_written = keeper.kick
+
+    def readiness() -> dict[str, object]:
+        detail = keeper.detail() if keeper is not None else {}
+        return ready_body(gate, store.describe(), **detail)
 
     public = PublicApi(
         pool=pool,
@@ -165,6 +241,7 @@ def create_app(
         identity_header=config.identity_header,
         timeouts=config.timeouts,
         session=upstream,
+        readiness=readiness,
     )
     control = ControlApi(
         auth,
@@ -178,6 +255,8 @@ def create_app(
         persist=core.persist,
         wall_clock=wall_clock,
         watch=core.watch,
+        cell_room=cell_room,
+        cell_guard=cell_guard,
     )
     tokens = TokenCountApi(
         pool=pool,
@@ -192,6 +271,7 @@ def create_app(
     app.router.add_routes(public.routes())
     app.router.add_routes(tokens.routes())
     app.router.add_routes(control.routes())
+    app.router.add_routes(cell_room.routes())
     app.router.add_routes(AdminApi(core, auth).routes())
     health = HealthChecker(pool, core, pump, clock, config.timeouts, upstream)
     app[HEALTH_KEY] = health
@@ -214,15 +294,18 @@ def create_app(
             connect_timeout_s=config.timeouts.connect_s, keepalive_s=UPSTREAM_KEEPALIVE_S
         )
         proxy.upstream = upstream_client
-        restored = await core.restore()
+        restored = 0 if keeper is not None else await core.restore()
         log.info("router_started", instances=len(core.pool), restored_agents=restored,
-                 signing=secret is not None)  # fmt: skip
+                 signing=secret is not None, store=store.kind)  # fmt: skip
         tasks: list[asyncio.Task[None]] = []
+        if keeper is not None:
+            keeper.start()  # the election is not a timer tests drive: always on
         if background:
             tasks.append(asyncio.create_task(health.run()))
             steps = (breakers.tick, core.agents.expire_idle, core.admission.pump_all,
                      core.energy.release)  # fmt: skip
-            tasks.append(asyncio.create_task(_maintenance(steps, core.persist)))
+            persist = None if keeper is not None else core.persist  # the keeper flushes
+            tasks.append(asyncio.create_task(_maintenance(steps, persist, gate)))
         try:
             yield
         finally:
@@ -232,10 +315,13 @@ def create_app(
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             credentials.unpublish()
-            try:
-                await core.persist()
-            except RouterError as exc:
-                log.error("final_persist_failed", error=str(exc))
+            if keeper is not None:
+                await keeper.stop()
+            else:
+                try:
+                    await core.persist()
+                except RouterError as exc:
+                    log.error("final_persist_failed", error=str(exc))
             await session.close()
             await upstream_client.close()
             if core.store is not None:
@@ -247,9 +333,12 @@ def create_app(
     return app
 
 
-async def _maintenance(steps: Sequence[Callable[[], object]], persist: Persist) -> None:
-    """Once a second: ``steps`` (breakers half-opening, idle expiry, local admission
-    after a daemon goes stale, energy release), then persistence.
+async def _maintenance(
+    steps: Sequence[Callable[[], object]], persist: Persist | None, gate: LeaderGate
+) -> None:
+    """Once a second, while this router leads: ``steps`` (breakers half-opening, idle
+    expiry, local admission after a daemon goes stale, energy release), then
+    persistence (``persist``; None: a lease keeper's flusher writes instead).
 
     A failing write (full disk, read-only state directory) is logged once, when it
     starts failing, and once when it recovers; the unsaved changes stay queued.
@@ -257,11 +346,15 @@ async def _maintenance(steps: Sequence[Callable[[], object]], persist: Persist) 
     failing = False
     while True:
         await asyncio.sleep(MAINTENANCE_INTERVAL_S)
+        if not gate.serving():
+            continue
         try:
             for step in steps:
                 step()
         except Exception:
             log.exception("maintenance_failed")
+        if persist is None:
+            continue
         try:
             await persist()
         except StateStoreError as exc:

@@ -30,7 +30,7 @@ from aiohttp import web
 
 from kairos_common.credentials import MAX_CREDENTIAL_CHARS
 from router.errors import AuthenticationError, ForbiddenError
-from router.secrets_store import RouterCredentials
+from router.secrets_store import RouterCredentials, digest
 
 
 class Role(enum.Enum):
@@ -87,6 +87,10 @@ class ControlAuth:
         self.credentials = credentials
         self._instances = instances
         self.loopback_reads = loopback_reads
+        self.shared_digests: dict[str, str] = {}
+        """With a shared store: every router's credential digests by role
+        (``admin``, ``lifecycle``, ``daemon:<instance>``), accepted beside this
+        router's own, so a client keeps its credential across a takeover."""
 
     def identify(self, given: bytes, instance: str | None = None) -> Principal | None:
         """The principal ``given`` authenticates, or None (every candidate compared)."""
@@ -99,6 +103,20 @@ class ControlAuth:
         names = [instance] if instance is not None else list(self._instances())
         for name in names:
             if hmac.compare_digest(given, creds.daemon_token(name)):
+                found = Principal(Role.DAEMON, name)
+        if found is None and self.shared_digests:
+            found = self._identify_shared(digest(given).encode(), names)
+        return found
+
+    def _identify_shared(self, given: bytes, names: list[str]) -> Principal | None:
+        shared = self.shared_digests
+        found: Principal | None = None
+        if hmac.compare_digest(given, shared.get("admin", "").encode()):
+            found = Principal(Role.ADMIN)
+        if hmac.compare_digest(given, shared.get("lifecycle", "").encode()):
+            found = Principal(Role.LIFECYCLE)
+        for name in names:
+            if hmac.compare_digest(given, shared.get(f"daemon:{name}", "").encode()):
                 found = Principal(Role.DAEMON, name)
         return found
 

@@ -29,11 +29,13 @@ from kairos_common.cli import (
     run_app,
 )
 from kairos_common.config import load_config
+from kairos_common.credentials import DAEMON_KEY_FILE, read_credential, safe_instance_file_name
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 from router.app import create_app, make_runner, publish_credentials, raise_nofile_limit
 from router.config import ENV_PREFIX, RETIRED, RouterConfig
 from router.errors import RouterError
+from router.secrets_store import derive_daemon_token
 
 app = make_app("Kairos agent-aware OpenAI-compatible router.", no_args_is_help=True)
 PROG = "kairos-router"
@@ -115,6 +117,27 @@ def run(
         float | None,
         typer.Option(help="End agents idle this long without an end signal (default 1800)."),
     ] = None,
+    cell: Annotated[
+        str | None,
+        typer.Option(
+            help="The cell this router serves in a fleet split into cells (docs/cells.md): "
+            "agent ids carry it, identities of other cells are refused. Default: none."
+        ),
+    ] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="State store: sqlite (default, a file in --state-dir) or redis://HOST:PORT/DB "
+            "(shared by routers that elect a leader; docs/scale-out.md)."
+        ),
+    ] = None,
+    advertise_url: Annotated[
+        str | None,
+        typer.Option(
+            help="This router's URL as clients should reach it (stored with the lease; "
+            "standbys name it in X-Kairos-Leader)."
+        ),
+    ] = None,
     log_level: LogLevelOpt = None,
     log_json: LogJsonOpt = None,
     log_console: Annotated[
@@ -132,6 +155,9 @@ def run(
         "run": run_label,
         "anonymous": anonymous,
         "idle_expiry_s": idle_expiry_s,
+        "cell": cell,
+        "store": store,
+        "advertise_url": advertise_url,
         "log_level": log_level,
         "log_json": False if log_console else log_json,
     }
@@ -163,6 +189,31 @@ def run(
             runner.run(serve(application, cfg.host, cfg.port))
     except OSError as exc:  # lost the race for the port after the check above
         fail(PROG, listen_error(cfg.host, cfg.port, exc), EXIT_USAGE)
+
+
+@app.command("daemon-token")
+def daemon_token(
+    instance: Annotated[str, typer.Argument(help="The instance name (a backend NAME).")],
+    credentials_dir: Annotated[
+        Path,
+        typer.Option(
+            help="The routers' credentials folder (its daemon.key is used, nothing is written)."
+        ),
+    ] = Path("/var/lib/kairos-router/credentials"),
+) -> None:
+    """Print the daemon credential of INSTANCE, for its kairosd on another host.
+
+    Routers that share ``daemon.key`` (a pair, or cells whose credentials come from
+    one Secret) all accept it. Where the router writes its credential files itself,
+    ``credentials/daemon-NAME.token`` holds the same value.
+    """
+    try:
+        key = read_credential(credentials_dir / DAEMON_KEY_FILE).encode()
+    except ConfigError as exc:
+        fail(PROG, str(exc), EXIT_USAGE)
+    if not safe_instance_file_name(instance):
+        fail(PROG, f"instance {instance!r}: not a usable instance name", EXIT_USAGE)
+    typer.echo(derive_daemon_token(key, instance).decode())
 
 
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

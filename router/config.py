@@ -17,6 +17,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from controllers.confident_placement import ConfidentReassignmentConfig
 from controllers.energy_attribution import WorkWeights
@@ -26,7 +27,8 @@ from controllers.registry import PLACEMENT_NAMES, policy_spec, rule_for
 from controllers.types import AdmissionRule
 from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
 from kairos_common.config import CODE_ONLY, NOTES
-from kairos_common.errors import ConfigError
+from kairos_common.errors import ConfigError, IdentityError
+from kairos_common.identity import check_cell
 
 ENV_PREFIX = "KAIROS_ROUTER"
 MIB = 1024 * 1024
@@ -285,8 +287,45 @@ class RouterConfig:
     )
     """The built-in weights are a MoE model's (Qwen3-30B-A3B); a deployment serving
     another model sets them in code (docs/energy.md, "Weights for your model")."""
+    cell: str | None = None
+    """The cell this router serves in a fleet split into cells (docs/cells.md): its
+    agent ids carry it (``<cell>_<hex>``), a front balancer routes each agent's
+    requests by it, and an identity of another cell is refused (421). Unset: no
+    cell, ids as before."""
+    cell_start_reserve_s: float = _code(60.0)
+    """How long an agent started here counts towards the cell's room
+    (``GET /health/room``) before its first request places it: the time an agent
+    program may take to start up. Agents started longer ago and still silent no
+    longer reserve room. A constant of the code, like the hold queue's
+    ``requeue_grace_s`` (docs/notes/configuration.md)."""
+    store: str = "sqlite"
+    """Where the state lives: ``sqlite`` (a file in ``state_dir``, one router) or
+    ``redis://HOST:PORT/DB`` (shared by routers that elect a leader; docs/scale-out.md)."""
+    store_prefix: str = "kairos:router"
+    """Key prefix in Redis: routers with the same store URL and prefix are one pair."""
+    advertise_url: str | None = None
+    """This router's URL as others should reach it; stored with the lease, and sent
+    by standbys in ``X-Kairos-Leader`` (unset: not advertised)."""
+    leader_lease_s: float = 2.0
+    """Redis store: the leader's lease. A standby takes over at most this long after
+    the leader stops renewing (plus a poll of an eighth of it)."""
+    store_flush_interval_s: float = _code(0.1)
+    """Redis store: how often the leader writes what changed (the hot path never
+    waits on Redis; a takeover loses at most this much of the latest changes).
+    A constant of the code (docs/notes/configuration.md)."""
+    store_timeout_s: float = _code(0.5)
+    """Redis store: a command that takes longer counts as Redis unreachable.
+    A constant of the code (docs/notes/configuration.md)."""
 
     def __post_init__(self) -> None:
+        if self.cell is not None:
+            try:
+                check_cell(self.cell)
+            except IdentityError as exc:
+                raise ConfigError(f"cell: {exc}") from None
+        reserve = self.cell_start_reserve_s
+        if not (math.isfinite(reserve) and 0.0 <= reserve <= 3600.0):
+            raise ConfigError(f"cell_start_reserve_s must be 0..3600 s, got {reserve}")
         if self.event_loop not in EVENT_LOOPS:
             raise ConfigError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}")
         if self.anonymous not in ("one-turn", "api-key"):
@@ -313,6 +352,7 @@ class RouterConfig:
         except ControllerError as exc:
             raise ConfigError(f"admission: {exc}") from None
         check_log_level(self.log_level, "log_level")
+        self._check_store()
         idle = self.energy_idle_power_w
         if idle is not None and not (math.isfinite(idle) and 0 <= idle <= 1e6):
             raise ConfigError("energy_idle_power_w must be a power in W (0..1e6) or unset")
@@ -322,6 +362,39 @@ class RouterConfig:
         β / γ (applied where a daemon's decision is stale or absent)."""
         adm = self.admission
         return rule_for(self.policy, Intents(beta=adm.beta, gamma=adm.gamma))
+
+    @property
+    def shared_store(self) -> bool:
+        return self.store != "sqlite"
+
+    def _check_store(self) -> None:
+        if self.store != "sqlite":
+            parts = urlsplit(self.store)
+            if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+                raise ConfigError(
+                    f"store must be 'sqlite' or redis://HOST:PORT/DB, got {self.store!r}"
+                )
+            try:
+                db = int(parts.path.strip("/") or 0)
+                parts.port  # noqa: B018 (raises ValueError on a bad port)
+            except ValueError:
+                raise ConfigError(f"store {self.store!r}: bad port or database number") from None
+            if db < 0:
+                raise ConfigError(f"store {self.store!r}: bad database number")
+        if not self.store_prefix or any(c.isspace() for c in self.store_prefix):
+            raise ConfigError("store_prefix must be a non-empty key prefix without spaces")
+        if self.advertise_url is not None:
+            url = self.advertise_url
+            if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
+                raise ConfigError("advertise_url must be a plain http(s) URL")
+            check_http_url(url, "advertise_url")
+        for name, value, lo, hi in (
+            ("leader_lease_s", self.leader_lease_s, 0.2, 60.0),
+            ("store_flush_interval_s", self.store_flush_interval_s, 0.005, 5.0),
+            ("store_timeout_s", self.store_timeout_s, 0.05, 30.0),
+        ):
+            if not (math.isfinite(value) and lo <= value <= hi):
+                raise ConfigError(f"{name} must be {lo}..{hi} s, got {value}")
 
     def resolved_state_dir(self) -> Path:
         """``state_dir``, else ``$XDG_STATE_HOME/kairos/router`` (``~/.local/state``)."""

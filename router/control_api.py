@@ -28,10 +28,13 @@ from kairos_common.wire import (
 from router.admission import AdmissionService
 from router.agents import AgentService
 from router.auth import ControlAuth, Role
+from router.cells import CellGuard, CellRoom
 from router.energy import EnergyService
 from router.errors import (
     BadRequestError,
+    FencedError,
     ForbiddenError,
+    NotLeaderError,
     StateStoreError,
     UnsupportedWireVersionError,
 )
@@ -91,8 +94,12 @@ class ControlApi:
         persist: Persist,
         wall_clock: Callable[[], float],
         watch: RecordWatch,
+        cell_room: CellRoom | None = None,
+        cell_guard: CellGuard | None = None,
     ) -> None:
         self.auth = auth
+        self._cell_room = cell_room
+        self._cell_guard = cell_guard or CellGuard(None)
         self._agents = agents
         self._pool = pool
         self._ledger = ledger
@@ -124,6 +131,9 @@ class ControlApi:
 
     async def start_agent(self, request: web.Request) -> web.Response:
         self._lifecycle(request)
+        self._cell_guard.check_start(request)
+        if self._cell_room is not None:
+            self._cell_room.require_room(request)  # 503 cell_full: the balancer tries another
         try:
             msg = AgentStart.from_json(await read_json_object(request))
         except WireFormatError as exc:
@@ -140,6 +150,7 @@ class ControlApi:
         except WireFormatError as exc:
             raise _bad_message(exc) from None
         agent_id = request.match_info["agent_id"]
+        self._cell_guard.check(agent_id)  # 421, not a 404 a misrouted end would take as done
         # Every id-tracker holds the lifecycle credential; only the one that started
         # this agent holds its end key. The admin may end any agent.
         if who.role is Role.LIFECYCLE and not end_key_matches(
@@ -169,12 +180,20 @@ class ControlApi:
         the maintenance loop retries (and logs) it."""
         try:
             await self._persist()
+        except FencedError:
+            # Another router leads now and never saw this change: the caller must
+            # repeat it there (its client follows the leader on a not_leader answer).
+            raise NotLeaderError(
+                "this router lost its lease before the change was stored"
+            ) from None
         except StateStoreError:
             return
 
     async def agent_status(self, request: web.Request) -> web.Response:
         self._read(request)
-        return web.json_response(self._agents.status(request.match_info["agent_id"]))
+        agent_id = request.match_info["agent_id"]
+        self._cell_guard.check(agent_id)
+        return web.json_response(self._agents.status(agent_id))
 
     async def list_instances(self, request: web.Request) -> web.Response:
         self._read(request)

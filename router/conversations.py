@@ -28,6 +28,21 @@ numbered turns) gives it too, up to the largest of its recent requests: the max,
 not a sum, over idle conversations is what keeps such a client from being
 counted once per request. A conversation idle past ``window_s`` (a finished
 sub-agent, the history a compaction replaced) no longer counts.
+
+Claude Code names its conversations itself, and the root is not stable across
+one of them: a compaction replaces the first message with a summary (its
+billing header, the first system block, changes with it), and so does a reply
+with nothing visible that it asks again. Measured on Claude Code 2.1.332
+(docs/agents.md): every request carries its session in
+``X-Claude-Code-Session-Id`` (also in ``metadata.user_id``), shared by the
+in-process sub-agents, each of which adds ``X-Claude-Code-Agent-Id``; the
+system prompt is recorded once per conversation and sent unchanged. So a
+request with a session header is keyed by session, sub-agent and system
+prompt (less the billing header) instead of the root: a compacted conversation
+replaces its old context at once instead of being counted at its old size for
+``window_s``, sub-agents with the same prompt stay apart, and a side request with
+a system prompt of its own stays apart as before. The session alone would merge
+every sub-agent into its parent.
 """
 
 from __future__ import annotations
@@ -49,15 +64,31 @@ _TEXT_KEYS = ("role", "content", "text", "type")
 names) may change between two requests of one conversation: Claude Code marks
 its latest messages as cache breakpoints."""
 _SYSTEM_ROLES = frozenset({"system", "developer"})
+CLAUDE_CODE_SESSION = "X-Claude-Code-Session-Id"
+CLAUDE_CODE_AGENT = "X-Claude-Code-Agent-Id"
+"""Claude Code's headers: its session, and an in-process sub-agent's id."""
+_BILLING_BLOCK = "x-anthropic-billing-header:"
+"""The first system block Claude Code sends: it changes with the first message."""
 
 
-def conversation_key(route: str, body: Mapping[str, Any]) -> int:
+def claude_code_thread(headers: Mapping[str, str]) -> str | None:
+    """Claude Code's own name for the conversation a request continues (its session
+    and sub-agent), or None for any other client."""
+    session = headers.get(CLAUDE_CODE_SESSION)
+    if not session:
+        return None
+    return f"{session}\x1f{headers.get(CLAUDE_CODE_AGENT, '')}"
+
+
+def conversation_key(route: str, body: Mapping[str, Any], thread: str | None = None) -> int:
     """The root of the conversation ``body`` continues, as a hash.
 
     ``route`` is the proxy's name for the endpoint (``chat``, ``messages``,
     ``responses``, ``completions``). Chat: the leading system messages and the
-    first other message. Anthropic messages: ``system`` and the first message.
-    Responses: ``instructions`` and the first input item (or the input's start).
+    first other message. Anthropic messages: ``system`` and the first message,
+    or with Claude Code's ``thread`` (:func:`claude_code_thread`) that and
+    ``system`` less its billing block (module docstring). Responses:
+    ``instructions`` and the first input item (or the input's start).
     Completions: the prompt's start. :data:`DEFAULT_KEY` when there is none.
 
     The key lives only in this process's memory (never persisted or sent), so
@@ -67,9 +98,12 @@ def conversation_key(route: str, body: Mapping[str, Any]) -> int:
     if route == "chat":
         root = _chat_root(body.get("messages"))
     elif route == "messages":
-        messages = body.get("messages")
-        first = messages[0] if isinstance(messages, list) and messages else None
-        root = [body.get("system"), first]
+        if thread is not None:
+            root = [thread, _without_billing(body.get("system"))]
+        else:
+            messages = body.get("messages")
+            first = messages[0] if isinstance(messages, list) and messages else None
+            root = [body.get("system"), first]
     elif route == "responses":
         given = body.get("input")
         first = given[0] if isinstance(given, list) and given else given
@@ -83,6 +117,22 @@ def conversation_key(route: str, body: Mapping[str, Any]) -> int:
     if _text(root, parts, _ROOT_CHARS) == _ROOT_CHARS:
         return DEFAULT_KEY  # nothing readable: one conversation, as before
     return hash("".join(parts)) or 1
+
+
+def _without_billing(system: Any) -> Any:
+    """Claude Code's system blocks less the billing header it derives from the
+    first message."""
+    if not isinstance(system, list):
+        return system
+    return [
+        b
+        for b in system
+        if not (
+            isinstance(b, dict)
+            and isinstance(b.get("text"), str)
+            and b["text"].startswith(_BILLING_BLOCK)
+        )
+    ]
 
 
 def _chat_root(messages: Any) -> list[Any]:
@@ -198,6 +248,33 @@ class Conversations:
             if k == self.latest or c.in_flight or c.ended_within(now_s, window_s)
         )
 
+    def sizes(self, now_s: float) -> list[list[float]]:
+        """``[key, context_tokens, idle_for_s, is_latest]`` of each conversation with
+        a context, for the store. The keys are this process's string hashes: another
+        router matches a restored conversation by nothing but its size, which is
+        what ``C_a`` needs (its next request starts a conversation of its own)."""
+        return [
+            [k, c.context_tokens, max(0.0, now_s - _or(c.last_end_s, now_s)), k == self.latest]
+            for k, c in self._by_key.items()
+            if c.context_tokens is not None
+        ]
+
+    @classmethod
+    def from_sizes(cls, sizes: object, now_s: float) -> Conversations:
+        """Rebuild from :meth:`sizes` (anything malformed is dropped)."""
+        out = cls()
+        if not isinstance(sizes, list):
+            return out
+        for item in sizes[-MAX_CONVERSATIONS:]:
+            try:
+                key, tokens, idle_s, latest = item
+                out._by_key[int(key)] = Conversation(int(tokens), now_s - float(idle_s))
+            except (TypeError, ValueError):
+                continue
+            if latest:
+                out.latest = int(key)
+        return out
+
     def _get(self, key: int) -> Conversation:
         """Conversation ``key``, added (within the bound) if new."""
         conv = self._by_key.get(key)
@@ -217,3 +294,7 @@ class Conversations:
             if victim is None:
                 return
             del self._by_key[victim]
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value

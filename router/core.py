@@ -15,6 +15,7 @@ depend on which; the constructors now say it.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 
@@ -22,12 +23,12 @@ import structlog
 
 from controllers.epoch import NEW_AGENT_CONTEXT_TOKENS
 from controllers.registry import make_placement_policy
-from reporting.records import JsonlWriter, Record
+from reporting.records import AgentRecord, JsonlWriter, Record
 from router.admission import AdmissionService
 from router.agents import AgentService
 from router.config import RouterConfig, parse_backend
 from router.energy import EnergyService
-from router.errors import NoBackendError
+from router.errors import FencedError, NoBackendError, RouterError
 from router.fleet_budget import FleetBudgetService
 from router.instances import Instance, InstancePool
 from router.ledger import Agent, Ledger
@@ -35,7 +36,8 @@ from router.metrics import FleetMetrics, InstanceGauges, RouterMetrics
 from router.observations import ObservationLog
 from router.placement_service import PlacementService
 from router.record_watch import RecordWatch
-from router.store import StateStore
+from router.state_sync import RecordJournal, StateSync
+from router.store import Snapshot, StateStore
 from router.token_ratio import BytesPerToken
 
 log = structlog.get_logger("kairos.router")
@@ -80,11 +82,29 @@ class RouterCore:
             config.placement, self.pool, self.ledger, self.metrics, self.admission
         )
         self.watch = RecordWatch()
+        shared = store is not None and store.shared
+        self.journal = RecordJournal()
+        self.sync = StateSync(
+            ledger=self.ledger,
+            pool=self.pool,
+            admission=self.admission,
+            journal=self.journal,
+            shared=shared,
+            clock=clock,
+            wall_clock=wall_clock,
+        )
+        self._persisting = asyncio.Lock()
+        self.on_fenced: Callable[[], None] = lambda: None
+        """Called when the store refuses a write for a stale fence (set by the lease keeper)."""
 
         def write(record: Record) -> None:
             if records is not None:
                 records.write(record)
+            if isinstance(record, AgentRecord):
+                self.journal.written(record.agent_id)
             self.watch.written(record)  # an end call may be waiting for its summary
+
+        self.write_record = write
 
         self.energy = EnergyService(
             self.metrics.registry,
@@ -110,6 +130,8 @@ class RouterCore:
             clock=clock,
             wall_clock=wall_clock,
             energy=self.energy,
+            cell=config.cell,
+            journal=self.journal if shared else None,
         )
         self.metrics.attach_state(self.gauges)
         self.fleet: FleetBudgetService | None = None
@@ -227,44 +249,48 @@ class RouterCore:
     # -- persistence ----------------------------------------------------------------------
 
     async def restore(self) -> int:
-        """Reload persisted agents (assignments survive a restart)."""
+        """Take over the store's state (start-up, or a standby's promotion): agents
+        with their assignments, and with a shared store the instance registry,
+        places in line and the records not yet written."""
         if self.store is None:
             return 0
-        now, now_unix = self.clock(), self.wall_clock()
-        count = 0
-        for row in await self.store.load():
-            try:
-                agent = Agent.from_row(row, now, now_unix)
-            except (KeyError, TypeError, ValueError):
-                continue
-            if self.pool.get(agent.instance) is None:
-                agent.instance, agent.admitted = None, False
-            agent.admitted = agent.admitted and agent.instance is not None
-            self.ledger.add(agent)
-            count += 1
-        self.ledger.dirty.clear()
-        return count
+        snap = await self.store.load()
+        return self.apply(snap)
 
-    async def persist(self) -> None:
-        """Write dirty agents and deletions (called periodically and at shutdown)."""
+    def apply(self, snap: Snapshot) -> int:
+        return self.sync.apply(
+            snap,
+            add_instance=self.add_instance,
+            remove_instance=self.remove_instance,
+            write_record=self.write_record,
+        )
+
+    async def persist(self, *, full: bool = False) -> None:
+        """Write what changed (periodically, before acknowledging a start or an end,
+        and at shutdown); ``full``: the whole state, replacing the store's."""
         if self.store is None:
             self.ledger.dirty.clear()
             self.ledger.deleted.clear()
             return
-        now, now_unix = self.clock(), self.wall_clock()
-        rows = []
-        for agent_id in list(self.ledger.dirty):
-            agent = self.ledger.get(agent_id)
-            if agent is not None and not agent.ephemeral:
-                rows.append(agent.to_row(now, now_unix))
-        dirty, deleted = set(self.ledger.dirty), set(self.ledger.deleted)
-        self.ledger.dirty.clear()
-        self.ledger.deleted.clear()
+        async with self._persisting:  # one write at a time: batches land in order
+            await self._persist(self.store, full)
+
+    async def _persist(self, store: StateStore, full: bool) -> None:
+        changes = self.sync.take(full=full)
         try:
-            await self.store.write(rows, list(deleted))
-        except BaseException:
-            # Not written (full disk, cancelled): keep every change for the next try,
-            # or ended agents would come back after a restart.
-            self.ledger.dirty |= dirty - self.ledger.deleted
-            self.ledger.deleted |= deleted - self.ledger.dirty
+            await store.write(changes)
+        except FencedError:
+            self.on_fenced()  # another router leads now: what we had is not ours to write
             raise
+        except BaseException:
+            # Not written (full disk, Redis down, cancelled): keep every change for the
+            # next try, or ended agents would come back after a restart.
+            self.sync.failed(changes)
+            raise
+        self.sync.committed(changes)
+
+    def drop_state(self, refusal: RouterError) -> int:
+        """Forget every agent (the lease was lost): held requests fail with
+        ``refusal``, parked records are the new leader's to write."""
+        self.energy.drop_parked()
+        return self.sync.drop(refusal)

@@ -190,6 +190,14 @@ class EnergyService:
             return False
         return self.accountant.has_open_work(agent_id) or self.has_live_children(agent_id)
 
+    def drop_parked(self) -> list[str]:
+        """Forget the records held back (this router lost its lease: the store keeps
+        them, and the router that took over writes them); their ids."""
+        ids = list(self._parked)
+        self._parked.clear()
+        self._children_j.clear()
+        return ids
+
     def release(self, *, everything: bool = False) -> None:
         """Write parked records that need not wait any more (or waited ``max_lag_s``),
         sub-agents before their parents."""

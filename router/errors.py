@@ -7,6 +7,13 @@ about status codes except through :attr:`RouterError.status`.
 
 from __future__ import annotations
 
+from kairos_common.wire import (
+    LEADER_HEADER,
+    NOT_LEADER_CODE,
+    NOT_LEADER_RETRY_AFTER_S,
+    NOT_LEADER_STATUS,
+)
+
 
 class RouterError(Exception):
     """Base class; ``status``/``code`` are what the client sees."""
@@ -14,11 +21,18 @@ class RouterError(Exception):
     status: int = 500
     code: str = "internal_error"
     err_type: str = "server_error"
+    openai_form: bool = False
+    """Answer in the OpenAI error form on the Anthropic routes too (a contract with
+    clients that read ``error.code`` whatever the route)."""
 
     def __init__(self, message: str, *, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.retry_after_s = retry_after_s
+
+    def extra_headers(self) -> dict[str, str]:
+        """Headers the answer carries besides ``Retry-After`` (none by default)."""
+        return {}
 
 
 class BadRequestError(RouterError):
@@ -50,6 +64,25 @@ class NotFoundError(RouterError):
     status = 404
     code = "not_found"
     err_type = "invalid_request_error"
+
+
+class MisdirectedError(RouterError):
+    """An agent identity of another cell reached this cell's router (421): the front
+    balancer's cell map is wrong, or a client was pointed past it."""
+
+    status = 421
+    code = "wrong_cell"
+    err_type = "invalid_request_error"
+
+
+class CellFullError(RouterError):
+    """An agent start that asked for room (``X-Kairos-Require-Room``) reached a cell
+    that cannot admit a new agent now (503 + Retry-After): the front balancer
+    tries another cell at once (docs/cells.md)."""
+
+    status = 503
+    code = "cell_full"
+    err_type = "server_error"
 
 
 class BodyTooLargeError(RouterError):
@@ -113,7 +146,42 @@ class UpstreamTimeoutError(RouterError):
 
 
 class StateStoreError(RouterError):
-    """The SQLite state store cannot be opened or written."""
+    """The state store (SQLite, Redis) cannot be opened, read or written."""
+
+
+class StoreUnavailableError(StateStoreError):
+    """The shared store did not answer (connection refused or lost, a timeout): the
+    leader keeps routing from memory and retries; a standby does not promote."""
+
+
+class FencedError(StateStoreError):
+    """The store refused a write: this router's fence is stale (another router holds
+    the lease now). It must stop serving at once (docs/scale-out.md)."""
+
+
+class LeaseLapsedError(StateStoreError):
+    """A write refused because this router's lease lapsed (or was re-acquired under a
+    new fence since the write was sent) while no other router took it: Redis was
+    away, or restarted. Not a fence: the changes are kept, and the router
+    re-acquires and writes them under its new lease."""
+
+
+class NotLeaderError(RouterError):
+    """This router is a standby (or a leader whose lease lapsed): 503 ``not_leader``
+    with ``Retry-After`` and, when known, the leader's URL
+    (:data:`kairos_common.wire.LEADER_HEADER`)."""
+
+    status = NOT_LEADER_STATUS
+    code = NOT_LEADER_CODE
+    err_type = "server_error"
+    openai_form = True
+
+    def __init__(self, message: str, *, leader_url: str | None = None) -> None:
+        super().__init__(message, retry_after_s=NOT_LEADER_RETRY_AFTER_S)
+        self.leader_url = leader_url
+
+    def extra_headers(self) -> dict[str, str]:
+        return {LEADER_HEADER: self.leader_url} if self.leader_url else {}
 
 
 class TransportError(Exception):

@@ -22,6 +22,7 @@ import aiohttp
 
 from kairos_common.errors import IdentityError
 from kairos_common.identity import ParsedKey, parse_key, parse_token, verify
+from router.cells import CellGuard
 from router.errors import AuthenticationError
 
 _HOP_BY_HOP = frozenset(
@@ -62,10 +63,17 @@ class IdentityResolver:
     """Extracts identities under one signing secret, memoising verified keys: an agent
     sends the same key on every turn, so the HMAC runs once per key, not per request."""
 
-    def __init__(self, secret: bytes | None, identity_header: str, anonymous: str) -> None:
+    def __init__(
+        self,
+        secret: bytes | None,
+        identity_header: str,
+        anonymous: str,
+        cell: CellGuard | None = None,
+    ) -> None:
         self.secret = secret
         self.identity_header = identity_header
         self.anonymous = anonymous
+        self.cell = cell or CellGuard(None)
         self._verified: dict[str, ParsedKey] = {}
 
     def _parse_verified(self, key: str) -> ParsedKey:
@@ -77,6 +85,7 @@ class IdentityResolver:
             verify(parsed, self.secret)
         except IdentityError as exc:
             raise AuthenticationError(f"invalid Kairos agent identity: {exc}") from None
+        self.cell.check(parsed.agent_id)  # 421: another cell's agent
         if parsed.agent_id is not None:
             if len(self._verified) >= _VERIFIED_MAX:
                 self._verified.clear()

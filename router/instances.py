@@ -12,7 +12,10 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
+from kairos_common.errors import WireFormatError
 from kairos_common.views import AdmissionRule
+from kairos_common.wire import WIRE_VERSION
+from kairos_common.wire_views import rule_from_json, rule_to_json
 from router.errors import BadRequestError, NotFoundError
 
 
@@ -90,6 +93,87 @@ class Instance:
             "offload_tokens": self.decision_offload_tokens,
             "admission_rule": None if self.decision_rule is None else asdict(self.decision_rule),
         }
+
+
+_SHARED_FIELDS = (
+    "draining",
+    "metrics_capacity_tokens",
+    "daemon_capacity_tokens",
+    "decision_defer",
+    "decision_offload_tokens",
+    "daemon_id",
+    "clock_mhz",
+    "boost",
+)
+"""What a router taking over needs of an instance besides its URL: its draining flag
+and its daemon's latest decision (health it checks for itself)."""
+
+
+def shared_state(inst: Instance) -> tuple[object, ...]:
+    """An instance's shared state in monotonic terms (compared to see a change)."""
+    return (
+        inst.base_url,
+        *(getattr(inst, f) for f in _SHARED_FIELDS),
+        inst.decision_key,
+        inst.decision_valid_until_s,
+        inst.decision_rule,
+        inst.served_models,
+    )
+
+
+def state_to_json(inst: Instance, now_s: float, now_unix_s: float) -> dict[str, object]:
+    """The registry entry of ``inst`` (the decision's validity as a wall-clock time).
+
+    The decision's admission rule is written in the wire's form
+    (:func:`kairos_common.wire_views.rule_to_json`) and the entry names the wire
+    version, so a router of another release taking over ignores a decision it
+    would read differently rather than misapplying it."""
+    entry: dict[str, object] = {f: getattr(inst, f) for f in _SHARED_FIELDS}
+    entry["version"] = WIRE_VERSION
+    entry["url"] = inst.base_url
+    entry["decision_key"] = None if inst.decision_key is None else list(inst.decision_key)
+    entry["decision_valid_until_unix_s"] = now_unix_s + (inst.decision_valid_until_s - now_s)
+    rule = inst.decision_rule
+    entry["decision_rule"] = None if rule is None else rule_to_json(rule)
+    entry["served_models"] = list(inst.served_models)
+    return entry
+
+
+def apply_state(inst: Instance, entry: dict[str, object], now_s: float, now_unix_s: float) -> None:
+    """Take over a registry entry written by :func:`state_to_json` (bad fields are
+    skipped: a half-understood entry must not stop a takeover).
+
+    An entry of another wire version, or whose rule does not parse, leaves the
+    instance with no decision: the router's own rule applies to it until its
+    daemon's next decision (within an epoch)."""
+    for f in _SHARED_FIELDS:
+        if f in entry:
+            setattr(inst, f, entry[f])
+    models = entry.get("served_models")
+    if isinstance(models, list):
+        inst.served_models = tuple(str(m) for m in models)
+    rule = _decision_rule(entry)
+    key = entry.get("decision_key")
+    if rule is None or not (isinstance(key, list) and len(key) == 2):
+        inst.decision_key = None
+        inst.decision_rule = None
+        return
+    inst.decision_rule = rule
+    inst.decision_key = (float(key[0]), int(key[1]))
+    until = entry.get("decision_valid_until_unix_s")
+    if isinstance(until, int | float):
+        inst.decision_valid_until_s = now_s + (float(until) - now_unix_s)
+
+
+def _decision_rule(entry: dict[str, object]) -> AdmissionRule | None:
+    """The entry's decision rule if it is this wire version's and well formed."""
+    raw = entry.get("decision_rule")
+    if entry.get("version") != WIRE_VERSION or not isinstance(raw, dict):
+        return None
+    try:
+        return rule_from_json(raw)
+    except WireFormatError:
+        return None
 
 
 class InstancePool:

@@ -83,6 +83,7 @@ class Agent:
         row = {name: getattr(self, name) for name in _PERSISTED}
         row["instances"] = list(self.instances)
         row["idle_for_s"] = max(0.0, now_s - self.last_seen_s)
+        row["conversations"] = self.conversations.sizes(now_s)
         return row
 
     @classmethod
@@ -90,10 +91,13 @@ class Agent:
         """Rebuild from :meth:`to_row` output after a restart."""
         data = dict(row)
         idle = float(data.pop("idle_for_s", 0.0))
-        known = set(cls.__dataclass_fields__)
+        sizes = data.pop("conversations", None)
+        known = set(_PERSISTED)
         data = {k: v for k, v in data.items() if k in known}
         agent = cls(arrival_s=now_s - max(0.0, now_unix_s - data["start_unix_s"]), **data)
+        agent.instances = list(agent.instances)
         agent.last_seen_s = now_s - idle
+        agent.conversations = Conversations.from_sizes(sizes, now_s)
         return agent
 
 
@@ -164,6 +168,9 @@ class Ledger:
         # from now (any reassignment, a room move, a held agent admitted elsewhere):
         # evidence gathered about its old instance is void.
         self.on_move: list[Callable[[str], None]] = []
+        # Called when a (non one-turn) agent is assigned an instance (admitted, moved,
+        # held there): a shared store writes assignments at once, not at its next flush.
+        self.on_assign: list[Callable[[], None]] = []
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -205,6 +212,22 @@ class Ledger:
             for listener in self.on_remove:
                 listener(agent_id)
         return agent
+
+    def clear(self) -> list[str]:
+        """Forget every agent without deleting any from the store (a leader that lost
+        its lease: the store now belongs to the router that took over); the ids."""
+        ids = list(self.agents)
+        self.agents.clear()
+        self._ongoing.clear()
+        self._usage.clear()
+        self._counted.clear()
+        self._children.clear()
+        self.dirty.clear()
+        self.deleted.clear()
+        for agent_id in ids:
+            for listener in self.on_remove:
+                listener(agent_id)
+        return ids
 
     def has_children(self, agent_id: str) -> bool:
         """Does ``agent_id`` have live sub-agents (agents naming it their parent)?"""
@@ -303,6 +326,9 @@ class Ledger:
         if not agent.instances or agent.instances[-1] != instance:
             agent.instances.append(instance)
         self.touch(agent)
+        if not agent.ephemeral:
+            for assigned in self.on_assign:
+                assigned()
         if previous is not None and previous != instance:
             for listener in self.on_move:
                 listener(agent.agent_id)
@@ -325,6 +351,9 @@ class Ledger:
         if agent.waiting_since_s is None:
             agent.waiting_since_s = now_s
         self.touch(agent)
+        if not agent.ephemeral:
+            for assigned in self.on_assign:
+                assigned()
 
     def forget_instance(self, instance: str) -> list[Agent]:
         """Detach every agent from a removed/dead instance; returns them."""

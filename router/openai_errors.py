@@ -77,10 +77,15 @@ def router_error_parts(
     exc: RouterError, *, anthropic: bool = False, request_id: str | None = None
 ) -> tuple[int, dict[str, str], bytes]:
     """:func:`error_parts` of a :class:`RouterError`."""
-    return error_parts(
+    status, headers, body = error_parts(
         exc.status, exc.message, err_type=exc.err_type, code=exc.code,
-        retry_after_s=exc.retry_after_s, anthropic=anthropic, request_id=request_id,
+        retry_after_s=exc.retry_after_s, anthropic=anthropic and not exc.openai_form,
+        request_id=request_id,
     )  # fmt: skip
+    extra = exc.extra_headers()
+    if extra:
+        headers.update(extra)
+    return status, headers, body
 
 
 def from_router_error(

@@ -33,7 +33,7 @@ from router.admission import AdmissionService
 from router.agents import AgentService
 from router.breaker import CircuitBreakers
 from router.config import RouterConfig, TimeoutSettings
-from router.conversations import conversation_key
+from router.conversations import claude_code_thread, conversation_key
 from router.energy import ONE_TURN, EnergyService
 from router.errors import (
     AuthenticationError,
@@ -46,6 +46,7 @@ from router.forwarding import Forwarder
 from router.identity_mw import IdentityResolver, KeyChecker, upstream_headers
 from router.instances import InstancePool
 from router.json_body import parse_json
+from router.leadership import LeaderGate
 from router.ledger import Agent, Ledger, PrefillClaim
 from router.metrics import RouterMetrics
 from router.observations import ObservationLog, observation
@@ -129,7 +130,9 @@ class Proxy:
         health: HealthSink,
         clock: Callable[[], float],
         limits: ProxyLimits,
+        gate: LeaderGate | None = None,
     ) -> None:
+        self._gate = gate if gate is not None else LeaderGate(clock)
         self._pool = pool
         self._ledger = ledger
         self._agents = agents
@@ -211,6 +214,7 @@ class Proxy:
             self._request_seq += 1
             request_id = f"{self._request_prefix}-{self._request_seq}"
         try:
+            self._gate.check()  # a standby forwards nothing (docs/scale-out.md)
             await self._handle(ex, route, request_id)
         except RouterError as exc:
             m = self._metrics
@@ -240,7 +244,8 @@ class Proxy:
         agents = self._agents
         admission = self._admission
         ledger = self._ledger
-        conversation = conversation_key(route, obj)
+        thread = claude_code_thread(ex.headers) if route == "messages" else None
+        conversation = conversation_key(route, obj, thread)
         agent = agents.for_request(ident.agent_id)
         agent.in_flight += 1
         agent.last_seen_s = t0

@@ -1,4 +1,5 @@
-"""The unauthenticated routes: ``/health``, ``/metrics`` and the merged ``/v1/models``.
+"""The unauthenticated routes: ``/health`` (liveness), ``/health/ready`` (the leader
+only), ``/metrics`` and the merged ``/v1/models``.
 
 Handed the pool, the instance listing, the metrics registry, the identity resolver
 and the upstream session (a getter: the session opens at start-up, after the
@@ -14,6 +15,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from kairos_common.wire import LIVENESS_PATH, READY_PATH, ROLE_LEADER
 from router.config import TimeoutSettings
 from router.identity_mw import IdentityResolver, upstream_headers
 from router.instances import InstancePool
@@ -35,7 +37,9 @@ class PublicApi:
         identity_header: str,
         timeouts: TimeoutSettings,
         session: Callable[[], aiohttp.ClientSession],
+        readiness: Callable[[], dict[str, object]] | None = None,
     ) -> None:
+        self._readiness = readiness
         self._pool = pool
         self._listing = listing
         self._metrics = metrics
@@ -46,7 +50,8 @@ class PublicApi:
 
     def routes(self) -> list[web.RouteDef]:
         return [
-            web.get("/health", self.health),
+            web.get(LIVENESS_PATH, self.health),
+            web.get(READY_PATH, self.ready),
             web.get("/metrics", self.metrics),
             web.get("/v1/models", self.models),
         ]
@@ -60,6 +65,14 @@ class PublicApi:
             },
             status=200 if eligible else 503,
         )
+
+    async def ready(self, _request: web.Request) -> web.Response:
+        """Readiness (kairos_common.wire.READY_PATH): 200 only on the leader, so that a
+        front balancer sends traffic there; the body says why not, and the store's state."""
+        body: dict[str, object] = {"ready": True, "role": ROLE_LEADER}
+        if self._readiness is not None:
+            body = self._readiness()
+        return web.json_response(body, status=200 if body.get("ready") else 503)
 
     async def metrics(self, _request: web.Request) -> web.Response:
         return web.Response(body=self._metrics.render(), content_type="text/plain", charset="utf-8")

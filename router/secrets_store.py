@@ -28,6 +28,11 @@ from kairos_common.errors import ConfigError
 from kairos_common.identity import new_secret
 
 
+def digest(credential: bytes) -> str:
+    """The hex SHA-256 a shared store keeps of a credential."""
+    return hashlib.sha256(credential).hexdigest()
+
+
 def load_or_create_secret(path: Path) -> bytes:
     """Hex secret from ``path``; created (0600) when missing."""
     try:
@@ -70,6 +75,13 @@ def _load_or_create_token(path: Path) -> str:
     return token
 
 
+def derive_daemon_token(daemon_key: bytes, instance: str) -> bytes:
+    """``HMAC-SHA256(daemon.key, instance)`` in hex: instance ``instance``'s daemon
+    credential, the same on every router holding the same ``daemon.key``."""
+    mac = hmac.new(daemon_key, b"kairos-daemon\0" + instance.encode(), hashlib.sha256)
+    return mac.hexdigest().encode()
+
+
 class RouterCredentials:
     """The router's admin, lifecycle and daemon credentials (SPEC §9).
 
@@ -82,8 +94,15 @@ class RouterCredentials:
     def __init__(self, folder: Path, admin_token: str | None = None) -> None:
         self.folder = folder
         try:
+            existed = folder.is_dir()
             folder.mkdir(parents=True, exist_ok=True)
-            os.chmod(folder, 0o700)
+            try:
+                os.chmod(folder, 0o700)
+            except OSError:
+                # A folder the operator provides read-only (a systemd credentials
+                # directory, a Kubernetes Secret volume): its files are what counts.
+                if not existed:
+                    raise
             self.admin = (admin_token or _load_or_create_token(folder / ADMIN_FILE)).encode()
             self.lifecycle = _load_or_create_token(folder / LIFECYCLE_FILE).encode()
             self._daemon_key = _load_or_create_token(folder / DAEMON_KEY_FILE).encode()
@@ -93,8 +112,16 @@ class RouterCredentials:
 
     def daemon_token(self, instance: str) -> bytes:
         """The daemon credential of ``instance`` (hex, as bytes)."""
-        mac = hmac.new(self._daemon_key, b"kairos-daemon\0" + instance.encode(), hashlib.sha256)
-        return mac.hexdigest().encode()
+        return derive_daemon_token(self._daemon_key, instance)
+
+    def digests(self, instances: list[str]) -> dict[str, str]:
+        """SHA-256 of each credential by role (``admin``, ``lifecycle``,
+        ``daemon:<instance>``): what a shared store keeps so that another router
+        accepts this router's credentials after a takeover, never the credentials."""
+        out = {"admin": digest(self.admin), "lifecycle": digest(self.lifecycle)}
+        for name in instances:
+            out[f"daemon:{name}"] = digest(self.daemon_token(name))
+        return out
 
     def write_daemon_file(self, instance: str) -> None:
         """Write ``daemon-<instance>.token`` (skipped for names unfit for a file)."""

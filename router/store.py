@@ -1,8 +1,18 @@
-"""Small persistent router state in SQLite (stdlib ``sqlite3``), off the event loop.
+"""Where the router keeps what must outlive its process: the store protocol, and
+its embedded implementation in SQLite (stdlib ``sqlite3``), off the event loop.
 
-What survives a restart: agent rows (identity, parent, assignment, admitted flag,
-counters — see :meth:`router.ledger.Agent.to_row`). Identities themselves survive
-because the signing secret is a file in the same state directory.
+Two implementations behind one :class:`StateStore` protocol, chosen in the
+composition root (config ``store``): this module's :class:`SqliteStore`, the
+default (one router, nothing to install), and :class:`router.redis_store.RedisStore`,
+shared by routers that elect a leader (docs/scale-out.md). The router hands
+either a :class:`Changes` batch (what changed since the last write) and reads a
+:class:`Snapshot` back at start-up or promotion.
+
+What SQLite keeps: agent rows (identity, parent, assignment, admitted flag,
+counters, conversations' sizes — see :meth:`router.ledger.Agent.to_row`).
+Identities survive because the signing secret is a file in the same state
+directory. The hold queues, the instance registry and pending records are
+Redis's alone: a single router that restarts has lost its held requests anyway.
 
 All SQLite calls run on one dedicated worker thread (the connection is created
 and used only there), so the event loop never blocks on disk.
@@ -19,8 +29,9 @@ import json
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -35,9 +46,72 @@ CREATE TABLE IF NOT EXISTS agents (
 );
 """
 
+Row = dict[str, Any]
+Held = tuple[str, float]
+"""A held agent's place in line: ``(agent_id, since_unix_s)``."""
 
-class StateStore:
-    """Agent rows keyed by id; ``save``/``delete`` batch many rows per transaction."""
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything a store holds, as read at start-up or on promotion."""
+
+    agents: list[Row] = field(default_factory=list)
+    queues: dict[str, list[Held]] = field(default_factory=dict)
+    """Per instance, its held agents head first (shared stores only)."""
+    instances: dict[str, Row] = field(default_factory=dict)
+    """The instance registry with each one's latest decision (shared stores only)."""
+    records: list[Row] = field(default_factory=list)
+    """Ended agents' records not yet written to a records file (shared stores only)."""
+
+
+@dataclass(slots=True)
+class Changes:
+    """One batch of changes since the previous successful write."""
+
+    rows: list[Row] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    queues: dict[str, list[Held]] = field(default_factory=dict)
+    """Instances whose hold-queue order changed, each with its whole new order."""
+    instances: dict[str, Row] = field(default_factory=dict)
+    removed_instances: list[str] = field(default_factory=list)
+    records: dict[str, Row] = field(default_factory=dict)
+    """Ended agents whose record is not written yet (by agent id)."""
+    records_done: list[str] = field(default_factory=list)
+    """Agent ids whose record is now written: no router writes it again."""
+    full: bool = False
+    """Replace the whole stored state with this batch (a leader writing its state
+    back after an outage of the store)."""
+
+    def __bool__(self) -> bool:
+        return bool(
+            self.rows or self.deleted or self.queues or self.instances
+            or self.removed_instances or self.records or self.records_done or self.full
+        )  # fmt: skip
+
+
+class StateStore(Protocol):
+    """What the router needs of a store; errors are :class:`StateStoreError`."""
+
+    kind: str
+    shared: bool
+    """True when several routers share it (and so must elect a leader)."""
+
+    async def load(self) -> Snapshot: ...
+
+    async def write(self, changes: Changes) -> None: ...
+
+    async def close(self) -> None: ...
+
+    def describe(self) -> dict[str, object]:
+        """Its state for ``/health/ready`` (kind, reachable, ...)."""
+        ...
+
+
+class SqliteStore:
+    """Agent rows keyed by id in one SQLite file; a write is one transaction."""
+
+    kind = "sqlite"
+    shared = False
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -117,12 +191,17 @@ class StateStore:
         except sqlite3.Error as exc:
             raise StateStoreError(f"cannot write router state {self.path}: {exc}") from exc
 
-    async def load(self) -> list[dict[str, Any]]:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+    async def load(self) -> Snapshot:
+        rows = await asyncio.get_running_loop().run_in_executor(self._pool, self._load)
+        return Snapshot(agents=rows)
 
-    async def write(self, rows: list[dict[str, Any]], deleted: list[str]) -> None:
+    async def write(self, changes: Changes) -> None:
+        rows, deleted = changes.rows, changes.deleted
         if rows or deleted:
             await asyncio.get_running_loop().run_in_executor(self._pool, self._write, rows, deleted)
+
+    def describe(self) -> dict[str, object]:
+        return {"kind": self.kind, "path": str(self.path), "reachable": True}
 
     def _close(self) -> None:
         if self._conn is not None:

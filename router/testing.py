@@ -36,6 +36,7 @@ from router.config import RouterConfig
 from router.core import RouterCore
 from router.health import HealthChecker
 from router.secrets_store import RouterCredentials
+from router.store import Changes, Snapshot
 
 
 @dataclass
@@ -259,6 +260,50 @@ class FakeBackend:
             await self.behaviour.hold_eof.wait()
         await resp.write_eof()
         return resp
+
+
+class MemoryStore:
+    """A shared store in this process's memory, with the Redis store's semantics
+    for a batch (tests of what a takeover carries over, without a Redis)."""
+
+    kind = "memory"
+    shared = True
+
+    def __init__(self) -> None:
+        self.snapshot = Snapshot()
+        self.writes = 0
+
+    async def load(self) -> Snapshot:
+        s = self.snapshot
+        return Snapshot(
+            agents=[dict(r) for r in s.agents],
+            queues={k: list(v) for k, v in s.queues.items()},
+            instances={k: dict(v) for k, v in s.instances.items()},
+            records=[dict(r) for r in s.records],
+        )
+
+    async def write(self, changes: Changes) -> None:
+        s = self.snapshot if not changes.full else Snapshot()
+        agents = {r["agent_id"]: r for r in s.agents} | {r["agent_id"]: r for r in changes.rows}
+        for agent_id in changes.deleted:
+            agents.pop(agent_id, None)
+        queues = s.queues | {k: v for k, v in changes.queues.items() if v}
+        instances = s.instances | changes.instances
+        for name in [*[k for k, v in changes.queues.items() if not v], *changes.removed_instances]:
+            queues.pop(name, None)
+        for name in changes.removed_instances:
+            instances.pop(name, None)
+        records = {r["agent_id"]: r for r in s.records} | changes.records
+        for agent_id in changes.records_done:
+            records.pop(agent_id, None)
+        self.snapshot = Snapshot(list(agents.values()), queues, instances, list(records.values()))
+        self.writes += 1
+
+    async def close(self) -> None:
+        return None
+
+    def describe(self) -> dict[str, object]:
+        return {"kind": self.kind, "reachable": True}
 
 
 @dataclass

@@ -124,14 +124,16 @@ def render(rows: list[dict[str, Any]], targets: list[str], meta: dict[str, str])
     return f"{START}\n```\n{notes}\n```\n\n" + "\n".join(lines) + f"\n{END}"
 
 
-def write_doc(block: str) -> None:
-    text = DOC.read_text()
-    if START in text and END in text:
-        before, rest = text.split(START, 1)
-        text = before + block + rest.split(END, 1)[1]
+def write_doc(block: str, doc: Path = DOC, start: str = START, end: str = END) -> None:
+    """Put ``block`` between the ``start`` and ``end`` markers of ``doc`` (appended
+    when the markers are not there yet)."""
+    text = doc.read_text()
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        text = before + block + rest.split(end, 1)[1]
     else:
         text = text.rstrip("\n") + "\n\n" + block + "\n"
-    DOC.write_text(text)
+    doc.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:

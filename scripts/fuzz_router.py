@@ -42,6 +42,8 @@ ROUTES = [
     ("POST", "/v1/messages/count_tokens"),
     ("GET", "/v1/models"),
     ("GET", "/health"),
+    ("GET", "/health/ready"),
+    ("GET", "/health/room"),
     ("GET", "/metrics"),
     ("POST", "/kairos/v1/agents"),
     ("POST", "/kairos/v1/agents/{id}/end"),

@@ -147,6 +147,7 @@ def cases() -> list[Case]:
         c("kairos-router", (*ROUTER, "--config", "{png}"), 2, "binary"),
         c("kairos-router", ("run", "--backend", U, "--state-dir", "{file}"), 2, "cannot use"),
         c("kairos-router", (*ROUTER, "--records", "{dir}"), 2, "cannot use"),
+        c("kairos-router", ("daemon-token", "i0", "--credentials-dir", "{dir}"), 2, "daemon.key"),
         # id-tracker (documented: 78 bad configuration, 69 router unreachable)
         c("id-tracker", (), 2, "Missing argument"),
         c("id-tracker", ("--slo", "-1", "--", "true"), 78, "--slo"),

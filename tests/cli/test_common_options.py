@@ -54,12 +54,6 @@ def test_log_format_flags_are_spelled_alike(program: str) -> None:
     assert {"--log-json", "--log-text", "--log-level"} <= opts, opts
 
 
-def test_old_spellings_still_parse() -> None:
-    """Scripts written against earlier flags keep working (hidden aliases)."""
-    parse("kairosd", ["reset", "--gpu", "0", "--gpu", "1"])
-    parse("kairos-router", ["run", "--backend", "http://127.0.0.1:1", "--log-console"])
-
-
 def test_an_unexpected_error_is_one_line_and_the_traceback_needs_debug(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

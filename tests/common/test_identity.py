@@ -58,3 +58,33 @@ def test_malformed_keys(bad: str) -> None:
 def test_nested_tracker_recovers_user_key() -> None:
     key = identity.compose_key(identity.issue_token("p", SECRET), "user")
     assert identity.real_key_of(key) == "user"
+
+
+def test_a_cell_router_mints_ids_that_carry_the_cell() -> None:
+    agent_id = identity.new_agent_id("cell-2")
+    assert agent_id.startswith("cell-2_") and len(agent_id) == len("cell-2_") + 32
+    assert identity.cell_of(agent_id) == "cell-2"
+    assert identity.cell_of(identity.new_agent_id()) is None  # no cell: bare hex, as before
+    longest = identity.new_agent_id("c" * identity.MAX_CELL_CHARS)
+    assert identity.issue_token(longest, SECRET)  # fits the 64-character id
+
+
+@pytest.mark.parametrize("agent_id", ["my_agent", "a_xyz", "key-abc", "A_" + "0" * 32, None, ""])
+def test_only_minted_cell_ids_name_a_cell(agent_id: str | None) -> None:
+    assert identity.cell_of(agent_id) is None
+
+
+@pytest.mark.parametrize("bad", ["", "A", "-a", "a-", "a_b", "a.b", "c" * 32])
+def test_bad_cell_names_are_refused(bad: str) -> None:
+    with pytest.raises(IdentityError):
+        identity.check_cell(bad)
+
+
+def test_the_signature_covers_the_cell() -> None:
+    """A client that moves its key to another cell breaks the signature."""
+    agent_id = identity.new_agent_id("a")
+    key = identity.compose_key(identity.issue_token(agent_id, SECRET), "sk")
+    moved = key.replace("kairos1.a_", "kairos1.b_", 1)
+    assert identity.cell_of(identity.parse_key(moved).agent_id) == "b"
+    with pytest.raises(IdentityError, match="forged"):
+        identity.verify(identity.parse_key(moved), SECRET)

@@ -31,6 +31,7 @@ from controllers.admission import (
 from controllers.policy import Intents
 from controllers.testing import FIVE_LEVELS, agent, snapshot
 from controllers.types import AgentView
+from tests.branches import Branches
 
 CAP = 100_000
 RULE = AdmissionRule()
@@ -125,29 +126,44 @@ def test_an_agent_that_brings_no_context_is_never_held() -> None:
     assert choice.admit_now and choice.instance in ("g0", "g1")
 
 
-@given(
-    loads=st.lists(st.integers(0, CAP), min_size=1, max_size=5),
-    sizes=st.lists(st.integers(1, CAP // 2), min_size=1, max_size=6),
-)
-def test_rehoming_never_overfills_and_matches_the_per_instance_rule(
-    loads: list[int], sizes: list[int]
-) -> None:
+def test_rehoming_never_overfills_and_matches_the_per_instance_rule() -> None:
     """Every move lands where Eq. 13 admits it on top of earlier moves; and an
-    agent left held has no instance (other than its own) that would admit it."""
-    gates = [gate(f"g{i}", i, u) for i, u in enumerate(loads)]
-    held = [HeldAgent(f"a{k}", "elsewhere", s) for k, s in enumerate(sizes)]
-    moves = rehome_held(Consolidating(), held, gates, RULE)
-    usage = {g.load.name: g.load.usage_tokens for g in gates}
-    moved = {m.agent_id for m in moves}
-    for m in moves:
-        size = next(h.context_tokens for h in held if h.agent_id == m.agent_id)
-        admitted, _ = admit_in_order(((m.agent_id, size),), usage[m.target], CAP, RULE)
-        assert admitted
-        usage[m.target] += size
-    for h in held:  # usage only grows, so an agent left held fits nowhere at the end
-        if h.agent_id not in moved:
+    agent left held has no instance (other than its own) that would admit it.
+
+    Instances are empty or at least half full and agents up to half an instance,
+    so one pass moves some agents and leaves others held, often one that fitted
+    somewhere until an earlier move took the room (seeds 1-20, 100 examples each:
+    moved 90-100, left held 28-65, of them fitted before 24-49)."""
+    branches = Branches()
+
+    @given(
+        loads=st.lists(st.one_of(st.just(0), st.integers(CAP // 2, CAP)), min_size=1, max_size=3),
+        sizes=st.lists(st.integers(5_000, CAP // 2), min_size=3, max_size=8),
+    )
+    def check(loads: list[int], sizes: list[int]) -> None:
+        gates = [gate(f"g{i}", i, u) for i, u in enumerate(loads)]
+        held = [HeldAgent(f"a{k}", "elsewhere", s) for k, s in enumerate(sizes)]
+        moves = rehome_held(Consolidating(), held, gates, RULE)
+        usage = {g.load.name: g.load.usage_tokens for g in gates}
+        moved = {m.agent_id for m in moves}
+        for m in moves:
+            size = next(h.context_tokens for h in held if h.agent_id == m.agent_id)
+            admitted, _ = admit_in_order(((m.agent_id, size),), usage[m.target], CAP, RULE)
+            assert admitted
+            usage[m.target] += size
+        if moves:
+            branches.reached("moved")
+        left = [h for h in held if h.agent_id not in moved]
+        for h in left:  # usage only grows, so an agent left held fits nowhere at the end
             for u in usage.values():
                 assert not admit_in_order(((h.agent_id, h.context_tokens),), u, CAP, RULE)[0]
+        if left:
+            branches.reached("left held")
+        if any(admits_now(g, h.context_tokens, RULE) for h in left for g in gates):
+            branches.reached("left held, fitted before the moves")
+
+    check()
+    branches.require(**{"moved": 50, "left held": 10, "left held, fitted before the moves": 8})
 
 
 # ------------------------------------------------------------ Eq. 13 in the law

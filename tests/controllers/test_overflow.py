@@ -19,6 +19,7 @@ from controllers.admission import (
     holds_overflow,
     overflow_target,
 )
+from tests.branches import Branches
 
 CAP = 100_000
 RULE = AdmissionRule()  # β = 0.95, γ = 0.90
@@ -79,31 +80,46 @@ def test_unknown_instance_or_empty_agent_stays() -> None:
     assert overflow_target("a", "i0", 0, 200_000, FLEET, RULE) is None
 
 
-@given(
-    st.lists(st.integers(0, 2 * CAP), min_size=1, max_size=6),
-    st.integers(1, CAP),
-    st.integers(0, 2 * CAP),
-)
-def test_a_target_is_another_instance_with_room_and_the_least_loaded_one(
-    usages: list[int], size: int, running: int
+ROOMY_OR_FULL = st.one_of(st.integers(0, CAP), st.integers(int(RULE.gamma * CAP), 2 * CAP))
+
+
+@given(st.lists(ROOMY_OR_FULL, min_size=1, max_size=6), st.integers(1, CAP), st.data())
+def test_no_move_while_the_request_fits_beside_the_running_ones(
+    usages: list[int], size: int, data: st.DataObject
 ) -> None:
+    running = data.draw(st.integers(0, CAP - size))
     gates = [gate(f"i{k}", k, u) for k, u in enumerate(usages)]
-    target = overflow_target("a", "i0", size, running, gates, RULE)
-    if running + size <= CAP:
-        assert target is None
-        return
+    assert overflow_target("a", "i0", size, running, gates, RULE) is None
 
-    def room(u: int) -> bool:
-        return u == 0 or (u < RULE.gamma * CAP and u + size <= RULE.beta * CAP)
 
-    fits = [g.load for g in gates[1:] if room(g.load.usage_tokens)]
-    if not fits:
-        assert target is None
-        return
-    assert target is not None and target != "i0"
-    chosen = next(g.load for g in gates if g.load.name == target)
-    assert room(chosen.usage_tokens)
-    assert chosen.usage_tokens == min(f.usage_tokens for f in fits)
+def test_a_target_is_another_instance_with_room_and_the_least_loaded_one() -> None:
+    """The request overflows i0 beside those running there; the other instances
+    are each roomy or full (seeds 1-20, 100 examples each: no room elsewhere in
+    32-59, a move in 41-68)."""
+    branches = Branches()
+
+    @given(st.lists(ROOMY_OR_FULL, min_size=1, max_size=6), st.integers(1, CAP), st.data())
+    def check(usages: list[int], size: int, data: st.DataObject) -> None:
+        running = data.draw(st.integers(CAP - size + 1, 2 * CAP))
+        gates = [gate(f"i{k}", k, u) for k, u in enumerate(usages)]
+        target = overflow_target("a", "i0", size, running, gates, RULE)
+
+        def room(u: int) -> bool:
+            return u == 0 or (u < RULE.gamma * CAP and u + size <= RULE.beta * CAP)
+
+        fits = [g.load for g in gates[1:] if room(g.load.usage_tokens)]
+        if not fits:
+            branches.reached("no room elsewhere")
+            assert target is None
+            return
+        branches.reached("moves")
+        assert target is not None and target != "i0"
+        chosen = next(g.load for g in gates if g.load.name == target)
+        assert room(chosen.usage_tokens)
+        assert chosen.usage_tokens == min(f.usage_tokens for f in fits)
+
+    check()
+    branches.require(**{"no room elsewhere": 10, "moves": 10})
 
 
 def test_held_back_only_when_the_request_overflows_beside_running_ones() -> None:

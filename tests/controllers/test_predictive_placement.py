@@ -81,18 +81,48 @@ def test_no_move_for_a_young_agent() -> None:
     assert d.target is None
 
 
+COOL = ConfidentReassignmentConfig().cool
+HOT = ConfidentReassignmentConfig().hot
+
+
+@st.composite
+def _hot_fleet(draw: st.DrawFn, roomy: bool) -> tuple[list[int], int]:
+    """A hot i0 and, around it, instances lighter by a quarter of U_max or more (a
+    move there pays after 8 requests) yet too full for the agent's context; with
+    ``roomy``, also one or two that have room for it. Usage > 0: all active."""
+    ctx = draw(st.integers(1000, 100_000))
+    source = draw(st.integers(int(HOT * CAP), CAP))
+    too_full = st.integers(int(COOL * CAP) - ctx + 1, source - CAP // 4)
+    others = draw(st.lists(too_full, min_size=1, max_size=3))
+    if roomy:
+        others += draw(st.lists(st.integers(1, int(COOL * CAP) - ctx), min_size=1, max_size=2))
+    return [source, *draw(st.permutations(others))], ctx
+
+
+def _decide(usage: list[int], ctx: int, steps: int) -> str | None:
+    rule = ConfidentReassignment(ConfidentReassignmentConfig(confirm=1))
+    return rule.decide_agent(
+        "i0", 8, _loads(*usage), agent_id="a", context_tokens=ctx, completed_steps=steps
+    ).target
+
+
 @settings(max_examples=80, deadline=None)
-@given(
-    usage=st.lists(st.integers(0, CAP), min_size=2, max_size=5),
-    ctx=st.integers(1000, 100_000),
-    steps=st.integers(0, 100),
-)
-def test_a_move_never_overfills_the_target(usage: list[int], ctx: int, steps: int) -> None:
-    cfg = ConfidentReassignmentConfig(confirm=1)
-    rule = ConfidentReassignment(cfg)
-    loads = _loads(*usage)
-    d = rule.decide_agent("i0", 8, loads, agent_id="a", context_tokens=ctx, completed_steps=steps)
-    if d.target is not None:
-        target = next(c for c in loads if c.name == d.target)
-        assert target.usage_tokens + ctx <= cfg.cool * CAP
-        assert usage[0] >= cfg.hot * CAP
+@given(fleet=_hot_fleet(roomy=False), steps=st.integers(8, 100))
+def test_a_move_never_overfills_the_target(fleet: tuple[list[int], int], steps: int) -> None:
+    """Every other instance is lighter enough to pay for the move but would cross
+    θ_cool with the agent on it: the agent stays (Algorithm 3 would move it)."""
+    usage, ctx = fleet
+    assert _decide(usage, ctx, steps) is None
+
+
+@settings(max_examples=80, deadline=None)
+@given(fleet=_hot_fleet(roomy=True), steps=st.integers(8, 100))
+def test_a_move_goes_to_the_least_loaded_instance_with_room(
+    fleet: tuple[list[int], int], steps: int
+) -> None:
+    usage, ctx = fleet
+    target = _decide(usage, ctx, steps)
+    assert target is not None
+    chosen = usage[int(target.removeprefix("i"))]
+    assert chosen + ctx <= COOL * CAP
+    assert chosen == min(u for u in usage[1:] if u + ctx <= COOL * CAP)

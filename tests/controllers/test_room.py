@@ -16,6 +16,7 @@ from controllers.admission import (
     admits_now,
 )
 from controllers.room import IdleAgent, idle_agents, make_room
+from tests.branches import Branches
 
 CAP = 100_000
 RULE = AdmissionRule()  # β = 0.95: an instance admits up to 95K
@@ -114,48 +115,66 @@ def test_idle_agents_are_those_between_requests() -> None:
     assert [a.agent_id for a in without_window] == ["idle", "away"]
 
 
-sizes = st.integers(1_000, 60_000)
+@st.composite
+def _split_room(draw: st.DrawFn) -> tuple[list[int], int, list[tuple[int, int]]]:
+    """(U of each instance, the held agent's size, (instance, size) of idle agents):
+    a nearly full fleet, room on every instance but too little on any for the
+    agent held on g0, and small idle agents, half of them on g0: a plan often
+    takes several moves and fills its targets up as it goes."""
+    usages = draw(st.lists(st.integers(80_000, 94_000), min_size=2, max_size=4))
+    most_free = int(CAP * RULE.beta) - min(usages)
+    lacking = st.one_of(st.integers(1, 40_000), st.integers(5_000, 30_000))
+    held_size = most_free + draw(lacking)
+    where = st.one_of(st.just(0), st.integers(0, len(usages) - 1))
+    idle = st.tuples(where, st.integers(1_000, 10_000))
+    return usages, held_size, draw(st.lists(idle, min_size=2, max_size=12))
 
 
-@given(
-    usages=st.lists(st.integers(0, 100_000), min_size=2, max_size=4),
-    held_size=st.integers(1_000, 99_000),
-    idle_sizes=st.lists(st.tuples(st.integers(0, 3), sizes), max_size=6),
-)
-def test_moves_admit_the_held_agent_and_overfill_nobody(
-    usages: list[int], held_size: int, idle_sizes: list[tuple[int, int]]
-) -> None:
-    """Whatever the fleet, applying the plan leaves every target admitting what it
-    received (Eq. 13, one move at a time) and the held agent admitted by Eq. 13
-    where room was made; only idle agents move, each once."""
-    n = len(usages)
-    gates = [gate(f"g{i}", i, u, held=int(i == 0)) for i, u in enumerate(usages)]
-    idle: list[IdleAgent] = []
-    for k, (i, size) in enumerate(idle_sizes):
-        if (
-            i < n
-            and sum(a.context_tokens for a in idle if a.instance == f"g{i}") + size <= usages[i]
-        ):
-            idle.append(IdleAgent(f"a{k}", f"g{i}", size))
-    held = HeldAgent("h", "g0", held_size)
-    moves = make_room(Consolidating(), [held], idle, gates, RULE)
-    if not moves:
-        return
-    *movers, admitted = moves
-    assert admitted.agent_id == "h" and admitted.source == "g0"
-    by_id = {a.agent_id: a for a in idle}
-    assert len({m.agent_id for m in movers}) == len(movers) and all(
-        m.agent_id in by_id for m in movers
-    )
-    usage = {g.load.name: g.load.usage_tokens for g in gates}
-    held_count = {g.load.name: g.held for g in gates}
-    if admitted.target != "g0":
-        held_count["g0"] -= 1  # the held agent leaves its queue there
-    for move in movers:
-        size = by_id[move.agent_id].context_tokens
-        assert move.source == admitted.target and move.target != move.source
-        target = gate(move.target, 0, usage[move.target], held=held_count[move.target])
-        assert admits_now(target, size, RULE)
-        usage[move.source] -= size
-        usage[move.target] += size
-    assert admit_in_order((("h", held_size),), usage[admitted.target], CAP, RULE)[0]
+def test_moves_admit_the_held_agent_and_overfill_nobody() -> None:
+    """On a fleet whose room is split (what making room is for), applying the plan
+    leaves every target admitting what it received (Eq. 13, one move at a time)
+    and the held agent admitted by Eq. 13 where room was made; only idle agents
+    move, each once. Seeds 1-40, 100 examples each: a plan was made in 29-84, on
+    another instance than g0 in 4-35, and took several moves in 5-37."""
+    branches = Branches()
+
+    @given(_split_room())
+    def check(fleet: tuple[list[int], int, list[tuple[int, int]]]) -> None:
+        usages, held_size, idle_sizes = fleet
+        n = len(usages)
+        gates = [gate(f"g{i}", i, u, held=int(i == 0)) for i, u in enumerate(usages)]
+        idle: list[IdleAgent] = []
+        for k, (i, size) in enumerate(idle_sizes):
+            here = sum(a.context_tokens for a in idle if a.instance == f"g{i}")
+            if i < n and here + size <= usages[i]:
+                idle.append(IdleAgent(f"a{k}", f"g{i}", size))
+        held = HeldAgent("h", "g0", held_size)
+        assert not any(admits_now(g, held_size, RULE) for g in gates[1:])  # held as it is
+        moves = make_room(Consolidating(), [held], idle, gates, RULE)
+        if not moves:
+            return
+        branches.reached("planned")
+        *movers, admitted = moves
+        assert admitted.agent_id == "h" and admitted.source == "g0"
+        by_id = {a.agent_id: a for a in idle}
+        assert len({m.agent_id for m in movers}) == len(movers) and all(
+            m.agent_id in by_id for m in movers
+        )
+        usage = {g.load.name: g.load.usage_tokens for g in gates}
+        held_count = {g.load.name: g.held for g in gates}
+        if admitted.target != "g0":
+            branches.reached("made elsewhere")
+            held_count["g0"] -= 1  # the held agent leaves its queue there
+        if len(movers) >= 2:
+            branches.reached("several moves")
+        for move in movers:
+            size = by_id[move.agent_id].context_tokens
+            assert move.source == admitted.target and move.target != move.source
+            target = gate(move.target, 0, usage[move.target], held=held_count[move.target])
+            assert admits_now(target, size, RULE)
+            usage[move.source] -= size
+            usage[move.target] += size
+        assert admit_in_order((("h", held_size),), usage[admitted.target], CAP, RULE)[0]
+
+    check()
+    branches.require(**{"planned": 10, "several moves": 2})

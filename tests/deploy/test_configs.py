@@ -86,8 +86,8 @@ def test_instances_agree_across_kairosd_router_and_vllm() -> None:
     for name, d in ds.items():
         assert d.instance == name, f"kairosd-{name}.toml must say instance = {name!r}"
         assert d.vllm_url.rstrip("/") == backends[name]
-        assert d.router_url is not None
-        assert urlsplit(d.router_url).port == r.port
+        assert len(d.router_url) == 1
+        assert urlsplit(d.router_url[0]).port == r.port
         vllm = read_env_file(ETC / f"vllm-{name}.env")
         assert urlsplit(d.vllm_url).port == int(vllm["VLLM_PORT"])
         visible = tuple(int(g) for g in vllm["CUDA_VISIBLE_DEVICES"].split(","))
@@ -103,7 +103,7 @@ def test_idtracker_example_points_at_the_router() -> None:
         IdTrackerConfig, path=ETC / "id-tracker.toml", env_prefix=IDTRACKER_ENV, env={}
     )
     r = router()
-    assert urlsplit(cfg.router_url).port == r.port
+    assert [urlsplit(u).port for u in cfg.router_url] == [r.port]
 
 
 def test_config_reference_is_current() -> None:

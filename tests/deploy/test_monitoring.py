@@ -138,10 +138,13 @@ def test_slo_choices_are_exported_bucket_bounds() -> None:
 def test_label_values_in_selectors_are_ones_the_router_exports() -> None:
     """``kind="completion"`` etc.: a misspelt value silently selects nothing."""
     known = {"kind": {"prompt", "completion"}}
+    checked = 0
     for title, expr in expressions(dashboard()):
         for label, value in re.findall(r'(\w+)="([^"$]*)"', expr):
             if label in known:
                 assert value in known[label], (title, label, value)
+                checked += 1
+    assert checked, "no kind= selector was checked"
 
 
 def scrape_targets() -> dict[str, list[str]]:
@@ -226,9 +229,12 @@ def test_alert_label_values_are_ones_the_components_export() -> None:
     nothing, and the alert can never fire."""
     bounds = throughput_bounds()
     reasons = {"queue_full", "timeout"}  # kairos_router_hold_rejections_total (docs/router.md)
+    checked: set[str] = set()
     for rule in alert_rules():
         for label, value in re.findall(r'(\w+)="([^"]*)"', rule["expr"]):
             if label == "le":
                 assert value in bounds, (rule["alert"], value)
             elif label == "reason":
                 assert value in reasons, (rule["alert"], value)
+            checked.add(label)
+    assert {"le", "reason"} <= checked, checked  # both kinds of selector were read

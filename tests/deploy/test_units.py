@@ -23,8 +23,10 @@ from tests.deploy.cli_check import parse
 from tests.deploy.units import (
     CONFIG_DIR,
     DROPIN_FILES,
+    DROPINS,
     ETC,
     INSTALL_PREFIX,
+    ROOT,
     SYSTEMD,
     UNIT_FILES,
     Unit,
@@ -261,6 +263,7 @@ VARIANTS = {
         "kairosd@.service": ["kairosd-router-credential.conf"],
         "kairos-router.service": ["kairos-control-token.conf"],
     },
+    "pair": {"kairos-router.service": ["kairos-router-pair.conf"]},
 }
 
 
@@ -270,6 +273,53 @@ def test_systemd_analyze_verify_is_clean(variant: str, tmp_path: Path) -> None:
     result = _verify(_stage(tmp_path, VARIANTS[variant]))
     # Unknown keys and bad values are only warnings (exit 0): any output fails.
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+DEBIAN_HAPROXY_UNIT = Path("/lib/systemd/system/haproxy.service")
+
+
+@needs_analyze
+@pytest.mark.skipif(
+    not DEBIAN_HAPROXY_UNIT.is_file() or shutil.which("haproxy") is None,
+    reason="Debian's haproxy package is not installed (make test installs it)",
+)
+def test_haproxy_dropin_verifies_on_debians_unit(tmp_path: Path) -> None:
+    """The front's drop-in on the unit Debian's haproxy 2.6 package ships."""
+    shutil.copy(DEBIAN_HAPROXY_UNIT, tmp_path / "haproxy.service")
+    (tmp_path / "haproxy.service.d").mkdir()
+    shutil.copy(DROPINS / "haproxy-kairos.conf", tmp_path / "haproxy.service.d" / "kairos.conf")
+    result = _verify([str(tmp_path / "haproxy.service")])
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+
+
+def test_pair_dropin_hands_the_router_its_shared_credentials() -> None:
+    """Every router of a pair (and of every cell) reads the same credential files, as
+    systemd credentials, through the variables the router's schema really reads."""
+    from router.config import ENV_PREFIX as ROUTER_ENV
+    from router.config import RouterConfig
+
+    d = parse_unit(DROPINS / "kairos-router-pair.conf")
+    loaded = dict(c.split(":", 1) for c in d.get("Service", "LoadCredential"))
+    assert set(loaded) == {"admin.token", "lifecycle.token", "daemon.key", "signing.key"}
+    assert all(source == f"{CONFIG_DIR}credentials/{name}" for name, source in loaded.items())
+    env = dict(e.split("=", 1) for e in d.get("Service", "Environment"))
+    cfg = load_config(
+        RouterConfig,
+        env_prefix=ROUTER_ENV,
+        env={k: v.replace("%d", "/run/credentials/x") for k, v in env.items()},
+    )
+    assert cfg.resolved_credentials_dir() == Path("/run/credentials/x")
+    assert cfg.signing_secret_file == Path("/run/credentials/x/signing.key")
+
+
+def test_haproxy_dropin_reads_the_documented_environment_file() -> None:
+    d = parse_unit(DROPINS / "haproxy-kairos.conf")
+    assert d.one("Service", "EnvironmentFile") == f"{CONFIG_DIR}haproxy-kairos.env"
+    assert d.one("Service", "User") == "haproxy"
+    runtime = d.one("Service", "RuntimeDirectory")
+    env = read_env_file(ROOT / "deploy" / "haproxy" / "cells.env")
+    assert env["PIDFILE"].startswith(f"/run/{runtime}/")
+    assert env["CONFIG"] == "/etc/haproxy/kairos/cells.cfg"
 
 
 @needs_analyze

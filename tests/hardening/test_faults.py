@@ -26,7 +26,7 @@ from kairosd.testing import FakeRouter, FakeZeusGpus, ScriptedVllm
 from kairosd.vllm_client import VllmClient
 from reporting.records import EpochRecord
 from router.errors import StateStoreError
-from router.store import StateStore
+from router.store import Changes, SqliteStore
 from router.testing import FakeBackend, start_router
 from tests.kairosd.conftest import CLOCKS, make_daemon
 
@@ -128,15 +128,15 @@ async def test_health_round_survives_an_unexpected_per_instance_error(
         await router.stop()
 
 
-class _FullDiskStore(StateStore):
+class _FullDiskStore(SqliteStore):
     """A store whose writes fail while ``full`` (ENOSPC), as on a full state disk."""
 
     full = True
 
-    async def write(self, rows: list[dict[str, Any]], deleted: list[str]) -> None:
+    async def write(self, changes: Changes) -> None:
         if self.full:
             raise StateStoreError("cannot write router state: database or disk is full")
-        await super().write(rows, deleted)
+        await super().write(changes)
 
 
 async def test_changes_survive_failed_persists_until_one_succeeds(
@@ -167,7 +167,7 @@ async def test_changes_survive_failed_persists_until_one_succeeds(
         assert gone in core.ledger.deleted  # the end is not forgotten
         store.full = False
         await core.persist()
-        rows = {r["agent_id"] for r in await store.load()}
+        rows = {r["agent_id"] for r in (await store.load()).agents}
         assert keep in rows and gone not in rows  # nothing ended comes back
     finally:
         await router.stop()

@@ -131,10 +131,25 @@ def test_precedence_flag_over_env_over_file(tmp_path: Path) -> None:
     cfg_file.write_text('router_url = "http://file:1"\nkill_grace_s = 3.0\n')
     env = {"KAIROS_ROUTER_URL": "http://env:2"}
     cfg = config_mod.load(path=cfg_file, env=env, overrides={"router_url": None})
-    assert (cfg.router_url, cfg.kill_grace_s) == ("http://env:2", 3.0)
+    assert (cfg.router_url, cfg.kill_grace_s) == (("http://env:2",), 3.0)
     cfg = config_mod.load(path=cfg_file, env=env, overrides={"router_url": "http://flag:3"})
-    assert cfg.router_url == "http://flag:3"
-    assert config_mod.load(path=None, env={}).router_url == config_mod.DEFAULT_ROUTER_URL
+    assert cfg.router_url == ("http://flag:3",)
+    assert config_mod.load(path=None, env={}).router_url == (config_mod.DEFAULT_ROUTER_URL,)
+
+
+def test_several_router_urls_from_flag_env_and_file(tmp_path: Path) -> None:
+    """One URL stays the single-URL contract; several come as a TOML list, a
+    comma-separated KAIROS_ROUTER_URL (what a nested id-tracker inherits) or
+    repeated flags; normalised, duplicates dropped, the operator's order kept."""
+    cfg_file = tmp_path / "id-tracker.toml"
+    cfg_file.write_text('router_url = ["http://a:1/v1", "http://b:2"]\n')
+    cfg = config_mod.load(path=cfg_file, env={})
+    assert config_mod.normalise_router_urls(cfg.router_url) == ("http://a:1", "http://b:2")
+    env = {"KAIROS_ROUTER_URL": "http://b:2, http://a:1/,http://b:2"}
+    cfg = config_mod.load(path=cfg_file, env=env)
+    assert config_mod.normalise_router_urls(cfg.router_url) == ("http://b:2", "http://a:1")
+    with pytest.raises(ConfigurationError):
+        config_mod.normalise_router_urls(("http://a:1", "ftp://b"))
 
 
 def test_config_file_found_in_xdg_dir(tmp_path: Path) -> None:

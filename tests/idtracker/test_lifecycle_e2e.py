@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -114,16 +115,32 @@ def test_no_id_tracker_thread_leaves_the_watched_signals_unblocked(
 ) -> None:
     """Signals are blocked per thread: a thread started before the block (e.g. a BLAS
     pool started by an import) would take SIGTERM and kill id-tracker mid-registration.
-    The main thread is skipped: inside sigtimedwait the kernel unblocks what it waits for."""
-    with StandInRouter(start_status=503) as router:
-        proc = start_tracker(router.url, base_env, ["true"], "--start-timeout-s", "60")
+
+    The masks are read while id-tracker waits for the router's answer to its start
+    call (a listener that reads the request and never answers): the main thread then
+    sits in a socket read, not in sigtimedwait (which unblocks what it waits for), so
+    every thread, the main one included, must show the watched signals blocked."""
+    base_env["KAIROS_REQUEST_TIMEOUT_S"] = "60"  # the read outlasts the check
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.settimeout(30)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        proc = start_tracker(url, base_env, ["true"], "--start-timeout-s", "60")
         try:
-            router.wait_start_attempts(1)  # everything is imported by now
-            tids = [t for t in os.listdir(f"/proc/{proc.pid}/task") if int(t) != proc.pid]
-            masks = {tid: _sig_blocked(proc.pid, tid) for tid in tids}
+            conn, _ = silent.accept()
+            with conn:
+                conn.settimeout(30)
+                request = b""
+                while b"\r\n\r\n" not in request:  # the start call has left id-tracker
+                    chunk = conn.recv(65536)
+                    assert chunk, "id-tracker closed the connection before its request"
+                    request += chunk
+                tids = os.listdir(f"/proc/{proc.pid}/task")
+                masks = {tid: _sig_blocked(proc.pid, tid) for tid in tids}
         finally:
             proc.kill()
             proc.wait(timeout=20)
+    assert request.startswith(b"POST /kairos/v1/agents ")
+    assert str(proc.pid) in masks  # the main thread was examined
     watched = [signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD]
     for tid, mask in masks.items():
         assert all(mask & (1 << (sig - 1)) for sig in watched), f"thread {tid}: {mask:#x}"

@@ -77,16 +77,20 @@ async def make_daemon(
     router: FakeRouter | None,
     session: aiohttp.ClientSession,
     clock: ManualClock,
+    router_urls: list[str] | None = None,
+    router_token: str | None = None,
     variant: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> Daemon:
-    """A daemon on the sim backend against the fakes, driven epoch by epoch;
+    """A daemon on the sim backend against the fakes, driven epoch by epoch
+    (``router_urls``: several router URLs, instead of ``router``'s alone);
     ``variant`` changes constants of its policy in code (research variants, which
     no configuration can set)."""
+    urls = router_urls or ([router.url] if router else [])
     cfg = KairosdConfig(
         instance="gpu0",
         vllm_url=vllm.url,
-        router_url=router.url if router else None,
+        router_url=tuple(urls),
         gpu_backend="sim",
         epoch_s=5.0,
         http_timeout_s=0.5,
@@ -99,8 +103,8 @@ async def make_daemon(
         require_control=cfg.require_control,
     )
     link = None
-    if router is not None:
-        link = RouterClient(session, router.url, cfg.instance, cfg.http_timeout_s)
+    if urls:
+        link = RouterClient(session, urls, cfg.instance, cfg.http_timeout_s, router_token)
     controller = await build_controller(backend, cfg)
     if variant:
         controller = make_controller(cfg.policy, controller.levels, cfg.kairos, variant)

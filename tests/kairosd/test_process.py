@@ -153,6 +153,27 @@ async def test_reset_with_instance_config_touches_only_its_gpus(
         await fake.stop()
 
 
+async def test_old_gpu_flag_resets_only_the_gpus_it_names() -> None:
+    """``--gpu N`` (repeatable), the old spelling of ``--gpus``, still selects the GPUs
+    to unlock, alone or beside ``--gpus``; ignored, reset would unlock every GPU."""
+    fake = ScriptedVllm(num_gpus=4)
+    await fake.start()
+    try:
+        for flags, left_locked in (
+            (["--gpu", "0", "--gpu", "2"], [False, True, False, True]),
+            (["--gpu", "1", "--gpus", "3"], [True, False, True, False]),
+        ):
+            for g in fake.gpus:
+                g.locked_mhz = 900
+            proc = await kairosd("reset", "--gpu-backend", "sim", "--vllm-url", fake.url, *flags)
+            async with asyncio.timeout(15.0):
+                _, err = await proc.communicate()
+            assert proc.returncode == 0, err.decode()
+            assert [g.locked_mhz is not None for g in fake.gpus] == left_locked, flags
+    finally:
+        await fake.stop()
+
+
 async def test_bad_config_exits_2(tmp_path: Path) -> None:
     cfg = tmp_path / "k.toml"
     cfg.write_text('instance = "g"\nvllm_url = "http://127.0.0.1:1"\nepoch_sec = 5\n')

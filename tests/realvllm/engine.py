@@ -212,6 +212,7 @@ class VllmSpec:
     num_gpu_blocks: int | None = 32
     max_model_len: int = 2048
     extra: tuple[str, ...] = ("--enforce-eager",)  # no torch.compile warm-up: starts ~2x faster
+    model: Path = MODEL_DIR
 
 
 @dataclass
@@ -288,7 +289,7 @@ class VllmServer:
 def vllm_argv(port: int, spec: VllmSpec) -> list[str]:
     argv = [
         str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(MODEL_DIR), "--served-model-name", MODEL_NAME,
+        "--model", str(spec.model), "--served-model-name", MODEL_NAME,
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(spec.max_model_len), "--dtype", "bfloat16",
         "--seed", "0",
@@ -316,10 +317,10 @@ def running_vllm(
     workdir: Path, spec: VllmSpec, name: str = "vllm", timeout_s: float = 600.0
 ) -> Iterator[VllmServer]:
     """A real vLLM server on a free loopback port, stopped on every path."""
-    if not VLLM_PYTHON.exists() or not (MODEL_DIR / "kairos-model.json").exists():
+    if not VLLM_PYTHON.exists() or not (spec.model / "kairos-model.json").exists():
         raise EngineError(
-            f"the real-vLLM environment is missing ({VLLM_PYTHON}, {MODEL_DIR}): "
-            "run `make realvllm` (scripts/realvllm_env.sh)"
+            f"the real-vLLM environment is missing ({VLLM_PYTHON}, {spec.model}): "
+            "run `make realvllm agentclients` (scripts/realvllm_env.sh, scripts/agent_clients.sh)"
         )
     port = free_port()
     t0 = time.monotonic()
@@ -349,6 +350,7 @@ class Router:
     url: str
     proc: Proc
     records: Path
+    state_dir: Path
 
     def agent(self, agent_id: str) -> dict[str, Any]:
         return dict(get_json(f"{self.url}/kairos/v1/agents/{agent_id}"))
@@ -381,16 +383,17 @@ def running_router(
     workdir.mkdir(parents=True, exist_ok=True)
     config.write_text(config_toml)
     records = workdir / f"{name}-agents.jsonl"
+    state_dir = workdir / f"{name}-state"
     argv = [
         *tool("kairos-router"), "run", *backends, "--port", str(port), "--config", str(config),
-        "--state-dir", str(workdir / f"{name}-state"), "--records", str(records),
+        "--state-dir", str(state_dir), "--records", str(records),
         "--log-json",
     ]  # fmt: skip
     proc = spawn(name, argv, workdir)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url + "/health", 60.0)
-        yield Router(url, proc, records)
+        yield Router(url, proc, records, state_dir)
     finally:
         proc.stop()
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from unittest.mock import Mock
 
@@ -11,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import make_mocked_request
 
 from kairos_common.credentials import discover_credential
+from kairos_common.errors import ConfigError
 from router.auth import ControlAuth, Role
 from router.errors import AuthenticationError, ForbiddenError
 from router.secrets_store import RouterCredentials
@@ -146,3 +150,38 @@ def test_published_credentials_are_found_by_port_and_removed(tmp_path: Path) -> 
     assert discover_credential("http://127.0.0.1:4322", "lifecycle.token", env) is None
     creds.unpublish()
     assert discover_credential(url, "lifecycle.token", env) is None
+
+
+def test_credentials_from_a_read_only_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A systemd credentials directory or a Kubernetes Secret volume is read-only: the
+    router uses the files the operator put there (shared by a pair and by cells)."""
+    folder = tmp_path / "secret-volume"
+    folder.mkdir()
+    for name, value in (("admin.token", "adm"), ("lifecycle.token", "life"), ("daemon.key", "dk")):
+        (folder / name).write_text(value + "\n")
+
+    def read_only(*_args: object) -> None:
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr("router.secrets_store.os.chmod", read_only)
+    creds = RouterCredentials(folder)
+    assert (creds.admin, creds.lifecycle) == (b"adm", b"life")
+    with pytest.raises(ConfigError):  # a folder it had to create itself must be private
+        RouterCredentials(tmp_path / "new")
+
+
+def test_daemon_token_command_prints_what_the_router_accepts(tmp_path: Path) -> None:
+    """``kairos-router daemon-token`` gives a GPU host its kairosd credential from the
+    shared daemon.key (a pair's, or every cell's), without writing anything."""
+    creds = RouterCredentials(tmp_path / "c")
+    before = sorted(p.name for p in (tmp_path / "c").iterdir())
+    tool = Path(sys.executable).parent / "kairos-router"
+    done = subprocess.run(
+        [str(tool), "daemon-token", "gpu0", "--credentials-dir", str(tmp_path / "c")],
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().encode() == creds.daemon_token("gpu0")
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == before

@@ -19,8 +19,11 @@ from tests.router.conftest import CHAT, agent_key, start_agent
 pytestmark = pytest.mark.e2e
 
 
-async def _wait_listening(proc: asyncio.subprocess.Process) -> list[bytes]:
-    """Read the child's log until its ``listening`` line (logged after the bind)."""
+async def _wait_listening(
+    proc: asyncio.subprocess.Process, marker: bytes = b'"listening"'
+) -> list[bytes]:
+    """Read the child's log until its ``listening`` line (logged after the bind);
+    ``marker`` is that event as the log format writes it."""
     assert proc.stderr is not None
     seen: list[bytes] = []
     async with asyncio.timeout(20):
@@ -28,7 +31,7 @@ async def _wait_listening(proc: asyncio.subprocess.Process) -> list[bytes]:
             line = await proc.stderr.readline()
             assert line, b"router exited during start-up: " + b"".join(seen)
             seen.append(line)
-            if b'"listening"' in line:
+            if marker in line:
                 return seen
 
 
@@ -76,3 +79,23 @@ async def test_cli_rejects_bad_config(tmp_path: Path) -> None:
     async with asyncio.timeout(20):
         _, err = await proc.communicate()
     assert proc.returncode == 2 and b"expected http(s)://host:port" in err
+
+
+async def test_old_log_console_flag_writes_text_logs(backend: FakeBackend, tmp_path: Path) -> None:
+    """``--log-console``, the old spelling of ``--log-text``, still wins over JSON
+    asked for in the environment (and over JSON's default off a terminal)."""
+    env = {**os.environ, "KAIROS_ROUTER_LOG_JSON": "true"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "router.cli", "run", "--backend", f"gpu0={backend.url}",
+        "--port", str(free_port()), "--state-dir", str(tmp_path), "--log-console",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        early = await _wait_listening(proc, b"listening")  # in either format
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(20):
+            await proc.communicate()
+    lines = [ln for ln in b"".join(early).decode().splitlines() if ln.strip()]
+    assert not any(ln.lstrip().startswith("{") for ln in lines), lines
+    assert "[info" in lines[-1] and " listening " in lines[-1], lines[-1]

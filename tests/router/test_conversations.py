@@ -218,3 +218,50 @@ async def test_a_side_request_is_sized_by_its_own_conversation_near_the_cache_ed
     await side.close()
     metrics = router.core.metrics.render().decode()
     assert "kairos_router_overflow_holds_total{" not in metrics
+
+
+async def _claude_code_turn(
+    router: RunningRouter, token: str, first_message: str, billing: str
+) -> None:
+    """One ``/v1/messages`` request as Claude Code 2.1.332 sends it (docs/agents.md):
+    its session header, its billing header block, then its system prompt."""
+    import httpx
+
+    body = {
+        "model": "fake-model",
+        "max_tokens": 32000,
+        "system": [
+            {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.332.{billing};"},
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "x"}},
+        ],
+        "messages": [{"role": "user", "content": first_message}],
+    }
+    headers = {
+        "x-api-key": agent_key(token),
+        "anthropic-version": "2023-06-01",
+        "X-Claude-Code-Session-Id": "7bd2df25-fdd5-48bd-9170-ddfdfa9de445",
+    }
+    async with httpx.AsyncClient(timeout=30) as http:
+        resp = await http.post(router.url + "/v1/messages", json=body, headers=headers)
+        assert resp.status_code == 200, resp.text
+
+
+async def test_a_compacted_claude_code_session_is_counted_at_its_new_size(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """Claude Code compacts a 5,000-token conversation to 1,000: the summary takes the
+    first message's place, so the root is new. By its session the router knows it
+    is the same conversation and counts 1,004 at once; by the root it would count
+    the dead 5,004 for ``conversation_window_s`` (5 minutes), holding back
+    newcomers for a context nobody will send again."""
+    router = await _router(make_router, backend)
+    token = await start_agent(router.url)
+    agent_id = token.split(".")[1]
+    backend.behaviour.prompt_tokens = 5000
+    await _claude_code_turn(router, token, WORDS, billing="79e")
+    backend.behaviour.prompt_tokens = 1000
+    await _claude_code_turn(router, token, "This session is being continued ...", billing="cf6")
+    _, status = await control("GET", f"{router.url}/kairos/v1/agents/{agent_id}")
+    assert status["context_tokens"] == 1_004
+    assert status["conversations"] == 1
+    assert router.core.ledger.usage_tokens("i0") == 1_004

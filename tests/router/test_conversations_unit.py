@@ -7,9 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from router.conversations import (
+    CLAUDE_CODE_AGENT,
+    CLAUDE_CODE_SESSION,
     DEFAULT_KEY,
     MAX_CONVERSATIONS,
     Conversations,
+    claude_code_thread,
     conversation_key,
 )
 
@@ -58,6 +61,55 @@ def test_anthropic_cache_breakpoints_do_not_change_the_root() -> None:
     assert conversation_key("messages", first) == conversation_key("messages", later)
     sub = {**later, "system": [{"type": "text", "text": "You are a sub-agent."}]}
     assert conversation_key("messages", sub) != conversation_key("messages", later)
+
+
+def _claude_code(billing: str, system: str, first: str) -> dict[str, object]:
+    """A Claude Code 2.1.332 request body, as captured (docs/agents.md): its billing
+    header, which it derives from the first message, then its system prompt."""
+    return {
+        "system": [
+            {"type": "text", "text": f"x-anthropic-billing-header: cc_version=2.1.332.{billing};"},
+            {"type": "text", "text": system, "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": first}]}],
+    }
+
+
+SESSION = {CLAUDE_CODE_SESSION: "7bd2df25-fdd5-48bd-9170-ddfdfa9de445"}
+
+
+def test_a_compacted_claude_code_conversation_keeps_its_key() -> None:
+    """A compaction replaces Claude Code's first message with a summary (and the
+    billing header with it): the root changes, the session and the system prompt
+    do not, and the conversation is the same one (its old context is replaced)."""
+    thread = claude_code_thread(SESSION)
+    before = _claude_code("79e", "You are Claude Code.", "Summarise this text: ...")
+    after = _claude_code("cf6", "You are Claude Code.", "This session is being continued ...")
+    assert conversation_key("messages", before, thread) == conversation_key(
+        "messages", after, thread
+    )
+    assert conversation_key("messages", before) != conversation_key("messages", after)
+
+
+def test_claude_code_sub_agents_and_side_requests_stay_apart() -> None:
+    """Sub-agents share their parent's session (measured): the sub-agent header
+    tells them apart, also when two get the same prompt, where the root cannot;
+    a request with a system prompt of its own (a side request) is apart too."""
+    sub = _claude_code("7cd", "You are a Claude agent.", "List the files")
+    one = claude_code_thread({**SESSION, CLAUDE_CODE_AGENT: "a97d8422baa7f25f3"})
+    two = claude_code_thread({**SESSION, CLAUDE_CODE_AGENT: "af72882eb8c6c3211"})
+    main = claude_code_thread(SESSION)
+    assert len({one, two, main}) == 3
+    keys = {conversation_key("messages", sub, t) for t in (one, two, main)}
+    assert len(keys) == 3 and DEFAULT_KEY not in keys
+    assert conversation_key("messages", sub) == conversation_key("messages", sub)
+    title = _claude_code("181", "Write a 5-word title for this session.", "List the files")
+    assert conversation_key("messages", title, main) != conversation_key("messages", sub, main)
+
+
+def test_no_session_header_is_not_claude_code() -> None:
+    assert claude_code_thread({}) is None
+    assert claude_code_thread({CLAUDE_CODE_SESSION: ""}) is None
 
 
 def test_completions_and_responses_roots() -> None:

@@ -5,9 +5,9 @@ answered, and nothing once the first byte is back."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import openai
+import pytest
 
 from kairos_common.wire import InstanceState
 from router.ledger import Agent, PrefillClaim
@@ -72,8 +72,30 @@ async def test_failed_request_leaves_no_prefill_behind(
 ) -> None:
     url, agent_id, client = await _one_agent(make_router, backend)
     backend.behaviour.fail_next = 1
-    with contextlib.suppress(openai.APIStatusError):
+    with pytest.raises(openai.InternalServerError):
         await client.chat.completions.create(model="fake-model", messages=LONG)
+    _, status = await control("GET", f"{url}/kairos/v1/agents/{agent_id}")
+    assert status["in_flight"] == 0 and status["prefill_tokens"] == 0
+    assert await _prefill(url, agent_id) == 0
+    await client.close()
+
+
+async def test_request_abandoned_before_its_first_byte_leaves_no_prefill_behind(
+    make_router: StartRouter, backend: FakeBackend
+) -> None:
+    """The client leaves while vLLM is still on the prompt: no byte ever came back,
+    so the claim is taken back when the router's handler is cancelled."""
+    url, agent_id, client = await _one_agent(make_router, backend)
+    backend.behaviour.gate = asyncio.Event()  # never opened: vLLM never answers
+    pending = asyncio.ensure_future(
+        client.chat.completions.create(model="fake-model", messages=LONG)
+    )
+    await backend.wait_received(1)
+    assert await _prefill(url, agent_id) > 0  # claimed while the prompt is prefilled
+    pending.cancel()
+    await asyncio.gather(pending, return_exceptions=True)
+    async with asyncio.timeout(10):
+        await backend.cancelled_event.wait()  # the router dropped the upstream request
     _, status = await control("GET", f"{url}/kairos/v1/agents/{agent_id}")
     assert status["in_flight"] == 0 and status["prefill_tokens"] == 0
     assert await _prefill(url, agent_id) == 0

@@ -3,8 +3,6 @@ the paper's calibration targets that are cheap to check (C1)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import pytest
 
 from simulator.errors import EngineError, PresetError
@@ -132,5 +130,5 @@ def test_presets_and_scaling() -> None:
             1785, decode_seqs=4, decode_context_tokens=4000, prefill_tokens=512, attn_pairs=10**6
         ).time_s
     )
-    assert slow.power.idle_w == P.power.idle_w
-    assert dataclasses.replace(P.power, tdp_w=300.0).tdp_w == 300.0
+    assert slow.power.idle_w == P.power.idle_w and slow.power.tdp_w == P.power.tdp_w
+    assert PowerModel(slow.power).dynamic_w(1785) == pytest.approx(0.7 * PM.dynamic_w(1785))
