@@ -20,7 +20,7 @@ from controllers.errors import (
 )
 from controllers.fleet_budget import BudgetOutcome, FleetBudget, FleetBudgetConfig, InstancePower
 from controllers.frequency import FrequencyLevels
-from controllers.kairos import KairosConfig, KairosController
+from controllers.kairos import KAIROS, KAIROS_ALG1, KairosController
 from controllers.perf_model import OnlinePerfModel, PerfModelConfig, nnls
 from controllers.placement import (
     Consolidating,
@@ -32,17 +32,21 @@ from controllers.placement import (
     ReassignmentRule,
     RoundRobin,
 )
+from controllers.policy import Intents, Policy
 from controllers.predictive import PredictiveConfig, PredictiveController
+from controllers.reason import Cap, Reason
 from controllers.registry import (
     PLACEMENTS,
     POLICIES,
     PolicySpec,
-    kairos_config_for,
+    law_for,
     levels_for,
     make_controller,
     make_placement_policy,
+    rule_for,
 )
 from controllers.types import (
+    AdmissionRule,
     AgentView,
     ControlDecision,
     Controller,
@@ -52,10 +56,14 @@ from controllers.types import (
 )
 
 __all__ = [
+    "KAIROS",
+    "KAIROS_ALG1",
     "PLACEMENTS",
     "POLICIES",
+    "AdmissionRule",
     "AgentView",
     "BudgetOutcome",
+    "Cap",
     "ConfidentPlacement",
     "ConfidentReassignment",
     "ConfidentReassignmentConfig",
@@ -70,9 +78,9 @@ __all__ = [
     "InstanceLoad",
     "InstancePower",
     "InstanceSnapshot",
+    "Intents",
     "InvalidConfigError",
     "InvalidSnapshotError",
-    "KairosConfig",
     "KairosController",
     "LeastContext",
     "ModelReport",
@@ -81,17 +89,20 @@ __all__ = [
     "PerfModelConfig",
     "PlacementPolicy",
     "PlacementRequest",
+    "Policy",
     "PolicySpec",
     "PredictiveConfig",
     "PredictiveController",
+    "Reason",
     "ReassignmentConfig",
     "ReassignmentRule",
     "RequestObservation",
     "RoundRobin",
     "UnknownPolicyError",
-    "kairos_config_for",
+    "law_for",
     "levels_for",
     "make_controller",
     "make_placement_policy",
     "nnls",
+    "rule_for",
 ]

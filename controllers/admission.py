@@ -17,6 +17,10 @@ So placement and admission are decided together, for the whole fleet:
   request would not fit beside those running moves where it fits, or, when no
   instance has room, waits in the hold queue rather than make vLLM preempt.
 
+The rule is one :class:`~kairos_common.views.AdmissionRule` per policy, defined
+with the policy (:mod:`controllers.kairos`) and carried whole in each daemon's
+decision; each instance admits by its own (:attr:`InstanceGate.rule`).
+
 An instance *admits now* (:func:`admits_now`) when its policy does no admission
 control (no-control, fixed clocks, ``kairos-no-ta``), its capacity is unknown,
 or: its daemon does not defer admissions, nobody is queued ahead (head-of-line:
@@ -36,24 +40,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from controllers.placement import InstanceLoad, LeastContext, PlacementPolicy, PlacementRequest
-
-
-@dataclass(frozen=True, slots=True)
-class AdmissionRule:
-    """Eq. 13's thresholds; built from :class:`~controllers.kairos.KairosConfig`."""
-
-    beta: float = 0.98
-    gamma: float = 0.95
-    enabled: bool = True
-    """False: no thrashing avoidance, every agent is admitted at once."""
-    admit_within_beta: bool = True
-    """Admit the head only if ``U + C_head ≤ β·U_max`` (docs/control-law.md, point 3)."""
-    make_room: bool = True
-    """Move idle agents so that a held agent the fleet's split room could take is
-    admitted (:func:`controllers.room.make_room`; docs/control-law.md, point 15)."""
-    hold_overflow: bool = True
-    """Hold an admitted agent's request that would overflow its instance's KV cache
-    when no other instance has room for it (:func:`holds_overflow`; point 16)."""
+from kairos_common.views import ADMIT_ALL as ADMIT_ALL  # the wire's; re-exported
+from kairos_common.views import AdmissionRule as AdmissionRule
 
 
 def admit_in_order(
@@ -61,8 +49,11 @@ def admit_in_order(
 ) -> tuple[tuple[str, ...], int]:
     """Eq. 13 over ``(agent_id, C_a)`` in arrival order, head-of-line.
 
-    Returns the admitted ids and ``U`` after admitting them. An empty instance
-    always admits its head, or an agent larger than ``β·U_max`` could never run.
+    The head is admitted while ``U < γ·U_max`` and only if ``U + C_head ≤ β·U_max``
+    (§6.2.4's text rather than the pseudo-code, which could overshoot ``β``:
+    docs/control-law.md, point 3). Returns the admitted ids and ``U`` after
+    admitting them. An empty instance always admits its head, or an agent larger
+    than ``β·U_max`` could never run.
     """
     u = usage_tokens
     admitted: list[str] = []
@@ -74,7 +65,7 @@ def admit_in_order(
     for agent_id, size in sizes:
         if u >= rule.gamma * capacity_tokens:
             break
-        if rule.admit_within_beta and u > 0 and u + size > rule.beta * capacity_tokens:
+        if u > 0 and u + size > rule.beta * capacity_tokens:
             break
         admitted.append(agent_id)
         u += size
@@ -201,10 +192,13 @@ class InstanceGate:
     """One eligible instance as fleet admission sees it.
 
     ``held`` counts agents already queued there; ``defer`` is its daemon's latest
-    valid "defer admissions"; ``admission_control`` is False for policies that
-    admit every agent at once (the router must not hold agents for them).
-    ``resident_tokens`` is the usage Eq. 13 admits against when the instance has a
-    CPU KV tier or an eviction window (:func:`resident_tokens`); None:
+    valid "defer admissions". ``rule`` is the admission rule of the instance's own
+    daemon while it is fresh (its policy's, carried whole in its decision; the
+    simulator's controller's); None: the fleet's (the router's, from its
+    ``policy``). A rule that is not ``enabled`` admits every agent at once (the
+    router must not hold agents for such a policy). ``resident_tokens`` is the
+    usage Eq. 13 admits against when the instance has a CPU KV tier or an eviction
+    window (:func:`resident_tokens`); None:
     ``load.usage_tokens``. Placement still ranks instances by ``load`` (every
     context: each costs its instance a copy or a recompute when it returns).
     """
@@ -212,14 +206,11 @@ class InstanceGate:
     load: InstanceLoad
     held: int = 0
     defer: bool = False
-    admission_control: bool = True
     resident_tokens: int | None = None
     evictable_tokens: int = 0
     """The contexts of agents away past the eviction window (:func:`evictable_tokens`),
     which overflow relief counts as room."""
-    thresholds: tuple[float, float] | None = None
-    """Eq. 13's ``(β, γ)`` of the instance's own daemon while it is fresh (its
-    policy's: the paper's under ``kairos-paper``); None: the fleet rule's."""
+    rule: AdmissionRule | None = None
 
     @property
     def admission_usage_tokens(self) -> int:
@@ -227,21 +218,18 @@ class InstanceGate:
         return self.load.usage_tokens if self.resident_tokens is None else self.resident_tokens
 
     def rule_here(self, rule: AdmissionRule) -> AdmissionRule:
-        """``rule`` with this instance's own thresholds, where its daemon sent them."""
-        if self.thresholds is None or self.thresholds == (rule.beta, rule.gamma):
-            return rule
-        beta, gamma = self.thresholds
-        return dataclasses.replace(rule, beta=beta, gamma=gamma)
+        """The rule Eq. 13 admits by here: the instance's own, else the fleet's ``rule``."""
+        return rule if self.rule is None else self.rule
 
 
 def admits_now(gate: InstanceGate, context_tokens: int, rule: AdmissionRule) -> bool:
     """Would ``gate``'s instance admit an agent of ``context_tokens`` right now?"""
     cap = gate.load.capacity_tokens
-    if not gate.admission_control or not rule.enabled or cap <= 0 or context_tokens <= 0:
+    here = gate.rule_here(rule)
+    if not here.enabled or cap <= 0 or context_tokens <= 0:
         return True  # (an agent that brings no context adds nothing to U: nothing to wait for)
     if gate.defer or gate.held > 0:
         return False
-    here = gate.rule_here(rule)
     admitted, _ = admit_in_order(((".", context_tokens),), gate.admission_usage_tokens, cap, here)
     return bool(admitted)
 
@@ -363,7 +351,6 @@ def overflow_target(
     here = next((g for g in gates if g.load.name == current), None)
     if here is None or not overflows(context_tokens, running_tokens, here.load.capacity_tokens):
         return None
-    room = dataclasses.replace(rule, enabled=True, admit_within_beta=True)
     fits = [
         g.load
         for g in gates
@@ -373,7 +360,7 @@ def overflow_target(
             ((agent_id, context_tokens),),
             g.load.usage_tokens - g.evictable_tokens,
             g.load.capacity_tokens,
-            g.rule_here(room),
+            dataclasses.replace(g.rule_here(rule), enabled=True),
         )[0]
     ]
     if not fits:
@@ -407,7 +394,7 @@ def holds_overflow(
     Only with nothing else in flight does it run anyway (waiting frees nothing),
     and only under admission control (a policy that admits everyone also thrashes).
     """
-    if not (rule.enabled and rule.hold_overflow and gate.admission_control):
+    if not gate.rule_here(rule).enabled:
         return False
     cap = gate.load.capacity_tokens
     return cap > 0 and running_tokens > 0 and overflows(context_tokens, running_tokens, cap)

@@ -11,7 +11,7 @@ the cell's router answers with :func:`cell_has_room`.
 
 An agent start carries no prompt: the agent is placed at its first request, a
 second or more later (the agent program's own start-up). So a start is sized by
-the placeholder (``new_agent_context_tokens``), and the agents this cell
+the law's placeholder (point 1's 3000 tokens), and the agents this cell
 accepted a moment ago that have not sent a request yet count as if they were
 already placed: a burst of starts must not all see the room that only the
 first of them will get.

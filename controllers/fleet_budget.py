@@ -27,6 +27,7 @@ import numpy as np
 from controllers.errors import InvalidConfigError
 from controllers.frequency import FrequencyLevels
 from controllers.perf_model import FloatArray, nnls
+from controllers.reason import Cap
 from controllers.types import ControlDecision
 
 
@@ -213,7 +214,7 @@ class FleetBudget:
                     d,
                     level=levels[v.name],
                     clock_mhz=v.levels.clock_of(levels[v.name]),
-                    reason=f"fleet-cap({d.reason})",
+                    cap=Cap.FLEET,
                     fleet_conflict=conflict,
                 )
             decisions[v.name] = d

@@ -102,24 +102,15 @@ class LeastContext:
 
 @dataclass(frozen=True, slots=True)
 class ReassignmentConfig:
-    """Algorithm 3 constants: ``T_reassign`` (8 requests) and ``ρ`` (2)."""
+    """Algorithm 3 constants: ``T_reassign`` (8 requests) and ``ρ`` (2).
+
+    ``enabled`` False switches Algorithm 3 off, and in the simulator overflow
+    relief with it (docs/control-law.md, point 10): a research setting, the law
+    always reassigns."""
 
     enabled: bool = True
     interval_requests: int = 8
     rho: float = 2.0
-    relieve_overflow: bool = True
-    """Also move an agent off an instance whose contexts exceed its KV cache, to one
-    with room, at its next request (:func:`controllers.admission.overflow_target`;
-    docs/control-law.md, point 10). False: Algorithm 3 alone (the paper)."""
-    balancing_moves_only: bool = False
-    """Algorithm 3 moves an agent only if the target's context stays below the
-    source's after the move (``U_j + 2·C_a < U_i``). The paper's agents are small
-    beside an instance; a 250K-token coding session is not, and moving it can
-    reverse the imbalance it was meant to fix while its whole context is prefilled
-    again on the target. Opt-in: on the Claude Code trace every policy spends 1–2 %
-    less per output token with it, no control included, and issue 14's per-cell bar,
-    judged against no control, moves 43 → 41 cells (docs/control-law.md,
-    "Cost-aware moves")."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,9 +140,8 @@ class ReassignmentRule:
         candidates: Sequence[InstanceLoad],
         context_tokens: int | None = None,
     ) -> ReassignmentDecision:
-        """``context_tokens`` is the requesting agent's context ``C_a`` (counted in
-        its instance's ``U_i``); :attr:`ReassignmentConfig.balancing_moves_only`
-        needs it and keeps the agent in place when it is unknown."""
+        """``context_tokens``, the requesting agent's context ``C_a``, is not read:
+        Algorithm 3 weighs instances, not agents (the confident rule reads it)."""
         cfg = self.config
         if not cfg.enabled or steps_since_assignment < cfg.interval_requests:
             return ReassignmentDecision(target=None, reset_counter=False)
@@ -162,14 +152,5 @@ class ReassignmentRule:
             return ReassignmentDecision(target=None, reset_counter=True)
         best = _least_loaded(active)
         if best.name != current and here.usage_tokens >= cfg.rho * best.usage_tokens:
-            if cfg.balancing_moves_only and not _balances(here, best, context_tokens):
-                return ReassignmentDecision(target=None, reset_counter=True)
             return ReassignmentDecision(target=best.name, reset_counter=True)
         return ReassignmentDecision(target=None, reset_counter=True)
-
-
-def _balances(source: InstanceLoad, target: InstanceLoad, context_tokens: int | None) -> bool:
-    """Does moving a ``context_tokens`` agent leave ``target`` below ``source``?"""
-    if context_tokens is None:
-        return False
-    return target.usage_tokens + context_tokens < source.usage_tokens - context_tokens

@@ -19,9 +19,10 @@ Stepping **up** is immediate (the lowest feasible level above the current one).
 Stepping **down** follows Evolving Infra §4.3: one level at a time, only when
 the mean of the recent per-epoch margins at that level exceeds twice its
 standard error, and not within ``cooldown_epochs`` of the last change.
-KAIROS's SLO boost, its ``U ≥ α·U_max`` rule and its two-threshold admission
-stay as safety nets (admission is delegated to :class:`KairosController`).
-Until the model has warmed up the controller follows KAIROS exactly.
+KAIROS's SLO boost and its two-threshold admission stay as safety nets: the
+stages of :data:`controllers.kairos.PREDICTIVE_NETS`, run by a
+:class:`KairosController` whose level is also this controller's ceiling. Until
+the model has warmed up the controller follows KAIROS exactly.
 """
 
 from __future__ import annotations
@@ -30,11 +31,15 @@ import math
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+from controllers.epoch import agent_context
 from controllers.errors import InvalidConfigError
 from controllers.frequency import FrequencyLevels
-from controllers.kairos import KairosConfig, KairosController
+from controllers.kairos import PREDICTIVE_NETS, KairosController
 from controllers.perf_model import OnlinePerfModel, PerfModelConfig, RequestShape, typical_shape
+from controllers.policy import Policy
+from controllers.reason import Reason
 from controllers.types import (
+    AdmissionRule,
     AgentView,
     ControlDecision,
     InstanceSnapshot,
@@ -45,7 +50,8 @@ from controllers.types import (
 
 @dataclass(frozen=True, slots=True)
 class PredictiveConfig:
-    """Knobs of the predictive law (see ``docs/beyond.md``)."""
+    """Constants of the predictive law (see ``docs/beyond.md``), set in code: research
+    scripts vary them (``predictive[max_elasticity=0.8]``), operators do not."""
 
     margin: float = 0.1
     """Predicted slowest-agent throughput must stay ≥ τ·(1 + margin)."""
@@ -62,23 +68,8 @@ class PredictiveConfig:
     """Outside boosts, never run above KAIROS's own context level (Eq. 9): the
     prediction only lowers the clock. Proactive steps above it (to keep the
     slowest agents over τ·(1+margin)) cost 1–6 pp of power where the SLO binds
-    for < 1 % attainment; KAIROS's boost still guards τ."""
-    context_high_top: bool = False
-    """Eq. 8's net as a jump: while the working set is at ``α·U_max`` or more, the
-    top clock, and on release back to the level held before. Off: the context
-    margin alone raises the clock (no level keeps ``U`` under ``α·U_max``: up to the
-    lowest that does, or the top, within the KAIROS ceiling) and confident steps
-    bring it down. Measured on the Claude Code trace and its two halves (16 seeds
-    each, 0.004 and 0.008 sessions/s): 63 instead of 58 of the 96 cells within a
-    point of the best fixed clock, every one of issue 14's seeds 1–3, attainment
-    equal or higher on the whole trace; paper workload within 0.5 point
-    (docs/beyond.md §2)."""
-    sized_boost: bool = False
-    """Boost to the lowest level predicted to lift under-τ agents back over τ
-    (the maximum when the model sees no such level) instead of always the maximum.
-    Off by default: measured where the SLO binds (0.05–0.08 jobs/s, SLO 35/45),
-    sized boosts saved < 0.5 pp and cost up to 0.9 pp of attainment against
-    KAIROS's full boost (docs/beyond.md)."""
+    for < 1 % attainment; KAIROS's boost still guards τ. Off only in tests of the
+    predictive choice itself."""
     lifetime_window_s: float = 1800.0
     """Window over which arrivals and finished agents' lifetimes are measured."""
     recent_requests: int = 200
@@ -129,13 +120,14 @@ class PredictiveController:
     def __init__(
         self,
         levels: FrequencyLevels,
-        kairos: KairosConfig | None = None,
+        nets: Policy = PREDICTIVE_NETS,
         config: PredictiveConfig | None = None,
     ) -> None:
         self.levels = levels
-        self.kairos = KairosController(levels, kairos)
+        self.kairos = KairosController(levels, nets)
         self.config = config or PredictiveConfig()
-        self.admission_control = self.kairos.admission_control
+        self.slo_tok_s: float = nets.setting("slo_tok_s")
+        self.alpha: float = nets.setting("alpha")
         self.model = OnlinePerfModel(levels.clocks_mhz[:-1], self.config.perf)
         self._recent: deque[RequestObservation] = deque(maxlen=self.config.recent_requests)
         self._margins: dict[int, deque[float]] = {
@@ -147,6 +139,11 @@ class PredictiveController:
         self._seen: dict[str, float] = {}
         self._arrivals: deque[float] = deque()
         self._lifetimes: deque[tuple[float, float]] = deque()
+
+    @property
+    def rule(self) -> AdmissionRule:
+        """KAIROS's Eq. 13, which this policy admits by."""
+        return self.kairos.rule
 
     # ------------------------------------------------------------ bookkeeping
     def _track_agents(self, snap: InstanceSnapshot) -> None:
@@ -191,14 +188,13 @@ class PredictiveController:
         context is what its next prefill attends over), so a long-context agent,
         whose requests are more compute-bound, gets its own, larger slowdown.
         """
-        cfg = self.kairos.config
         f_now = snap.clock_mhz if snap.clock_mhz else self.levels.clock_of(self._level)
         agents = [
             (t, a)
             for a in (*snap.ongoing, *snap.pending)
             if a.completed_steps >= self.config.min_steps and (t := a.throughput_tok_s) is not None
         ]
-        tau = cfg.slo_tok_s
+        tau = self.slo_tok_s
         top = self.levels.max_mhz
         # Agents no clock can lift to τ are left to KAIROS's boost: chasing them
         # would pin the maximum clock for nothing (an SLO they cannot meet).
@@ -209,8 +205,8 @@ class PredictiveController:
         ]
         slowest = sorted(helpable, key=lambda ta: ta[0])[: self.config.slowest_agents]
         phi = self._llm_fraction(snap)
-        pending = sum(self.kairos.agent_context(a) for a in snap.pending)
-        limit = cfg.alpha * snap.capacity_tokens
+        pending = sum(agent_context(a) for a in snap.pending)
+        limit = self.alpha * snap.capacity_tokens
         levels = range(1, self.levels.count + 1)
         # How much longer agents live at each level: only their LLM time stretches.
         stretch: dict[int, float | None] = {}
@@ -262,36 +258,6 @@ class PredictiveController:
             return now_tokens
         return little
 
-    def _boost_level(self, snap: InstanceSnapshot, shape: RequestShape) -> int:
-        """KAIROS's boost, sized: the lowest level above the current one at which
-        every agent under τ is predicted back over it; the maximum when the model
-        sees no such level, or when a held agent without history waits (draining
-        is what helps it).
-
-        Boosting for agents the model predicts under τ even at the maximum was
-        tried and dropped: boosting drains everyone's queue, so skipping those
-        boosts halved attainment where the SLO binds (docs/beyond.md).
-        """
-        top = self.levels.count
-        if not self.config.sized_boost:
-            return top
-        tau = self.kairos.config.slo_tok_s
-        f_now = snap.clock_mhz if snap.clock_mhz else self.levels.clock_of(self._level)
-        low = []
-        for a in (*snap.ongoing, *snap.pending):
-            t = a.throughput_tok_s
-            if t is None:
-                if a in snap.pending:
-                    return top
-                continue
-            if t < tau:
-                low.append((t, a))
-        for lv in range(self._level + 1, top + 1):
-            clock = self.levels.clock_of(lv)
-            if all(t >= tau * self._agent_slowdown(shape, a, clock, f_now) for t, a in low):
-                return lv
-        return top
-
     def _agent_slowdown(
         self, shape: RequestShape, agent: AgentView, clock_mhz: int, f_now: float
     ) -> float:
@@ -302,7 +268,7 @@ class PredictiveController:
         long as what it has done) runs at the new clock — the SLO is on the
         agent's whole-life throughput, which its past already fixes in part.
         """
-        own = replace(shape, cached_tokens=float(self.kairos.agent_context(agent)))
+        own = replace(shape, cached_tokens=float(agent_context(agent)))
         slow = self.model.slowdown(own, clock_mhz, f_now) or 1.0
         w = self.config.future_share
         return (1.0 - w) + w * slow
@@ -346,23 +312,23 @@ class PredictiveController:
 
     def _choose(
         self, epoch: int, margins: dict[int, float], bare: dict[int, float], floor: int
-    ) -> tuple[int, str]:
+    ) -> tuple[int, Reason]:
         cur = self._level
         if cur < floor:
-            return floor, "efficient-floor"
+            return floor, Reason.EFFICIENT_FLOOR
         if margins[cur] < 0:
             top = self.levels.count
             up = [lv for lv in range(cur + 1, top + 1) if margins[lv] >= 0]
             if up:
-                return up[0], "predicted-slo-up"
+                return up[0], Reason.PREDICTED_SLO_UP
             # No clock buys the margin: settle for the lowest that meets τ itself
             # (the maximum buys little here and KAIROS's boost still guards τ).
             enough = [lv for lv in range(cur, top + 1) if bare[lv] >= 0]
             if enough:
-                return enough[0], "predicted-slo-bare" if enough[0] > cur else "hold"
-            return top, "predicted-slo-up"
+                return enough[0], Reason.PREDICTED_SLO_BARE if enough[0] > cur else Reason.HOLD
+            return top, Reason.PREDICTED_SLO_UP
         if epoch - self._changed_epoch < self.config.cooldown_epochs or cur <= floor:
-            return cur, "hold"
+            return cur, Reason.HOLD
         # Walk down while each lower level is feasible now *and* confidently so
         # over the recent window; stop at the first that is not (or the floor).
         target = cur
@@ -375,7 +341,7 @@ class PredictiveController:
             target = lv
             if cur - target >= self.config.max_step_down:
                 break
-        return (target, "confident-down") if target < cur else (cur, "hold")
+        return (target, Reason.CONFIDENT_DOWN) if target < cur else (cur, Reason.HOLD)
 
     def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
         base = self.kairos.decide(snapshot)
@@ -387,7 +353,7 @@ class PredictiveController:
         self._track_agents(snapshot)
         shape = typical_shape(list(self._recent))
         if not self.model.ready or shape is None:
-            return self._emit(snapshot, base, base.level, f"warmup-{base.reason}", {})
+            return self._emit(snapshot, replace(base, warmup=True), base.level, base.reason, {})
         self._current_level(snapshot)
         # The context margin guards against thrashing and, like admission (Eq. 13),
         # counts every ongoing context: idle sessions come back within a think gap.
@@ -395,26 +361,18 @@ class PredictiveController:
         for lv, m in margins.items():
             self._margins[lv].append(m)
         floor = self.efficient_floor(shape)
-        # Eq. 8's top clock comes from the context KAIROS's level comes from
-        # (docs/control-law.md, point 6): idle sessions' contexts count only under
-        # pressure (agents held here, or U ≥ γ·U_max).
-        context_high = (
-            self.config.context_high_top
-            and self.kairos.working_usage(snapshot)
-            >= self.kairos.config.alpha * snapshot.capacity_tokens
-        )
-        if base.boost or context_high:
-            # KAIROS's safety nets: an agent under τ, or (with context_high_top)
-            # U ≥ α·U_max (Eq. 8: the cache is near full, draining at the top clock).
+        if base.boost:
+            # KAIROS's safety net: an agent under τ takes the top clock. Eq. 8's
+            # jump at U ≥ α·U_max is not one: the context margin raises the clock
+            # itself, as far as it must (docs/beyond.md §2).
             if self._pre_boost_level is None:
                 self._pre_boost_level = self._level
-            level = self._boost_level(snapshot, shape) if not context_high else self.levels.count
-            return self._emit(snapshot, base, level, base.reason, margins, floor)
+            return self._emit(snapshot, base, self.levels.count, base.reason, margins, floor)
         self._end_boost(snapshot.epoch)
         level, reason = self._choose(snapshot.epoch, margins, bare, floor)
         ceiling = max(base.level, floor)
         if self.config.kairos_ceiling and level > ceiling:
-            level, reason = ceiling, "kairos-ceiling"
+            level, reason = ceiling, Reason.KAIROS_CEILING
         return self._emit(snapshot, base, level, reason, margins, floor)
 
     def _emit(
@@ -422,7 +380,7 @@ class PredictiveController:
         snap: InstanceSnapshot,
         base: ControlDecision,
         level: int,
-        reason: str,
+        reason: Reason,
         margins: dict[int, float],
         floor: int | None = None,
     ) -> ControlDecision:

@@ -1,119 +1,108 @@
 """Build a per-instance controller from its operator-facing policy name.
 
-Names: ``kairos`` (activity-aware clock, docs/control-law.md point 6),
-``kairos-paper`` (the paper-exact Algorithm 1), ``kairos-no-ta`` (thrashing
-avoidance off, for Fig. 10–11), ``predictive`` (online-model DVFS,
-``docs/beyond.md``), ``no-control``, ``fixed:MHZ``.
+Names: ``kairos`` (the default law), ``kairos-alg1`` (Algorithm 1 per instance as
+the paper states it), ``kairos-no-ta`` (thrashing avoidance off, for Fig. 10–11),
+``predictive`` (online-model DVFS, ``docs/beyond.md``), ``no-control``,
+``fixed:MHZ``.
 
 A policy is one row of :data:`POLICIES` (and a placement one of
-:data:`PLACEMENTS`): its builder, the KAIROS constants it changes and whether it
-sees every supported clock. A new policy is a new row, and the daemon, the
-simulator and reports accept its name with no other change.
+:data:`PLACEMENTS`): its builder, the law it runs (a
+:class:`~controllers.policy.Policy`: admission rule and stages, defined in
+:mod:`controllers.kairos`) and whether it sees every supported clock. A new
+policy is a new row, and the daemon, the router, the simulator and reports
+accept its name with no other change.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from controllers.baselines import FixedClock, NoControl
 from controllers.confident_placement import ConfidentPlacement
-from controllers.errors import UnknownPolicyError
+from controllers.errors import InvalidConfigError, UnknownPolicyError
 from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS, FrequencyLevels
-from controllers.kairos import KairosConfig, KairosController
+from controllers.kairos import KAIROS, KAIROS_ALG1, KAIROS_NO_TA, PREDICTIVE_NETS, KairosController
+from controllers.perf_model import PerfModelConfig
 from controllers.placement import Consolidating, LeastContext, PlacementPolicy, RoundRobin
+from controllers.policy import Intents, Policy
 from controllers.predictive import PredictiveConfig, PredictiveController
-from controllers.types import Controller
+from controllers.types import ADMIT_ALL, AdmissionRule, Controller
 
-Builder = Callable[[str, FrequencyLevels, KairosConfig, PredictiveConfig | None], Controller]
-"""``(name, levels, kairos constants, predictive knobs) -> controller``."""
+Builder = Callable[[str, FrequencyLevels, Policy | None, PredictiveConfig], Controller]
+"""``(name, levels, the law it runs, predictive constants) -> controller``."""
 
 
 @dataclass(frozen=True, slots=True)
 class PolicySpec:
     """One policy: how to build it and what it needs.
 
-    ``argument``: the name takes a value after a colon (``fixed:900``), written
-    as ``argument`` in :data:`POLICY_NAMES`. ``all_clocks``: the policy sees every
-    supported clock, not the configured range (``fixed:900`` must really lock 900
-    MHz, no-control must run the true maximum). ``kairos_changes``: KAIROS
-    constants the policy overrides (its admission rule in the router uses them too).
+    ``law``: the per-instance law it runs (None: a baseline that admits everyone
+    and sets its clock by no law). ``argument``: the name takes a value after a
+    colon (``fixed:900``), written as ``argument`` in :data:`POLICY_NAMES`.
+    ``all_clocks``: the policy sees every supported clock, not the configured
+    range (``fixed:900`` must really lock 900 MHz, no-control must run the true
+    maximum).
     """
 
     build: Builder
+    law: Policy | None = None
     argument: str | None = None
     all_clocks: bool = False
-    kairos_changes: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _kairos(
-    name: str, levels: FrequencyLevels, cfg: KairosConfig, _p: PredictiveConfig | None
+    _name: str, levels: FrequencyLevels, law: Policy | None, _p: PredictiveConfig
 ) -> Controller:
-    ctrl = KairosController(levels, cfg)
-    ctrl.name = name
-    return ctrl
+    assert law is not None
+    return KairosController(levels, law)
 
 
 def _predictive(
-    _name: str, levels: FrequencyLevels, cfg: KairosConfig, p: PredictiveConfig | None
+    _name: str, levels: FrequencyLevels, law: Policy | None, p: PredictiveConfig
 ) -> Controller:
-    return PredictiveController(levels, cfg, p)
+    assert law is not None
+    return PredictiveController(levels, law, p)
 
 
 def _no_control(
-    _name: str, levels: FrequencyLevels, cfg: KairosConfig, _p: PredictiveConfig | None
+    _name: str, levels: FrequencyLevels, _law: Policy | None, _p: PredictiveConfig
 ) -> Controller:
-    return NoControl(levels, cfg.new_agent_context_tokens)
+    return NoControl(levels)
 
 
 def _fixed(
-    name: str, levels: FrequencyLevels, cfg: KairosConfig, _p: PredictiveConfig | None
+    name: str, levels: FrequencyLevels, _law: Policy | None, _p: PredictiveConfig
 ) -> Controller:
     try:
         mhz = int(name.partition(":")[2])
     except ValueError:
         raise UnknownPolicyError(f"fixed clock needs MHz, e.g. fixed:900; got {name!r}") from None
-    return FixedClock(levels, mhz, cfg.new_agent_context_tokens)
+    return FixedClock(levels, mhz)
 
 
 POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
     {
-        "kairos": PolicySpec(_kairos),
-        "kairos-paper": PolicySpec(
-            _kairos,
-            kairos_changes={
-                "activity_aware": False,
-                "boost_reachable_only": False,
-                "prefill_boost_tokens": None,
-                "busy_floor_mhz": None,
-                "offload_aware": False,
-                "evictable_after_s": None,
-                "context_window_s": None,
-                "beta": 0.95,
-                "gamma": 0.90,
-            },
-        ),
-        "kairos-no-ta": PolicySpec(_kairos, kairos_changes={"thrashing_avoidance": False}),
-        # Its own model prices prefill per level (docs/control-law.md, point 9),
-        # finds the efficient floor (its elasticity rule; point 11) and steps down
-        # only when confident (its damping; KAIROS's level is only its ceiling,
-        # which the window of point 17 left 0.2–0.4 point worse off).
-        "predictive": PolicySpec(
-            _predictive,
-            kairos_changes={
-                "prefill_boost_tokens": None,
-                "busy_floor_mhz": None,
-                "context_window_s": None,
-            },
-        ),
+        "kairos": PolicySpec(_kairos, KAIROS),
+        "kairos-alg1": PolicySpec(_kairos, KAIROS_ALG1),
+        "kairos-no-ta": PolicySpec(_kairos, KAIROS_NO_TA),
+        "predictive": PolicySpec(_predictive, PREDICTIVE_NETS),
         "no-control": PolicySpec(_no_control, all_clocks=True),
         "fixed": PolicySpec(_fixed, argument="MHZ", all_clocks=True),
     }
 )
 """Every per-instance policy, by the name before any ``:``."""
+
+RENAMED: Mapping[str, str] = MappingProxyType(
+    {
+        "kairos-paper": "kairos-alg1: Algorithm 1 per instance as the paper states it; the "
+        "fleet rules of docs/control-law.md points 8, 10, 15 and 16 apply to every policy",
+    }
+)
+"""Policy names that no longer exist, with what to use instead."""
 
 POLICY_NAMES = tuple(f"{k}:{s.argument}" if s.argument else k for k, s in POLICIES.items())
 
@@ -133,6 +122,8 @@ PLACEMENT_NAMES = tuple(PLACEMENTS)
 def policy_spec(name: str) -> PolicySpec:
     """The row for ``name`` (``fixed:900`` is the ``fixed`` row); UnknownPolicyError if none."""
     key, colon, _arg = name.partition(":")
+    if key in RENAMED:
+        raise UnknownPolicyError(f"policy {name!r} was renamed {RENAMED[key]}")
     spec = POLICIES.get(key)
     if spec is None or bool(colon) != (spec.argument is not None):
         raise UnknownPolicyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}")
@@ -160,26 +151,78 @@ def levels_for(
     )
 
 
-def kairos_config_for(name: str, kairos: KairosConfig | None = None) -> KairosConfig:
-    """The KAIROS constants policy ``name`` runs with (the router's admission rule
-    for that deployment uses the same)."""
-    cfg = kairos or KairosConfig()
-    spec = POLICIES.get(name.partition(":")[0])
-    if spec is None or not spec.kairos_changes:
-        return cfg
-    return dataclasses.replace(cfg, **spec.kairos_changes)
+Variant = Mapping[str, Any]
+"""Constants changed in code, by field name (research only: ``kairos[busy_floor_mhz=1020]``)."""
+
+
+def _split(variant: Variant | None, predictive: bool) -> tuple[dict[str, Any], PredictiveConfig]:
+    """``variant``'s law changes, and the predictive constants with its own applied
+    (a field of :class:`PredictiveConfig`, or ``perf.FIELD`` of its online model's)."""
+    changes = dict(variant or {})
+    config = PredictiveConfig()
+    if not predictive:
+        return changes, config
+    own = {f.name for f in dataclasses.fields(PredictiveConfig)} - {"perf"}
+    mine = {k: changes.pop(k) for k in list(changes) if k in own}
+    perf_fields = {f.name for f in dataclasses.fields(PerfModelConfig)}
+    perf = {k.removeprefix("perf."): changes.pop(k) for k in list(changes) if k.startswith("perf.")}
+    unknown = sorted(set(perf) - perf_fields)
+    if unknown:
+        raise InvalidConfigError(f"predictive's model has no setting {', '.join(unknown)}")
+    try:
+        config = dataclasses.replace(config, **mine)
+        config = dataclasses.replace(config, perf=dataclasses.replace(config.perf, **perf))
+    except (TypeError, ValueError) as exc:
+        raise InvalidConfigError(str(exc)) from exc
+    return changes, config
+
+
+def law_for(
+    name: str,
+    intents: Intents | None = None,
+    variant: Variant | None = None,
+    speedup: float = 1.0,
+) -> Policy | None:
+    """The law policy ``name`` runs, with the operator's ``intents`` and a research
+    ``variant`` applied, on a clock ``speedup`` times faster than its own seconds
+    (the accelerated CPU stack; :meth:`Policy.time_scaled`). None for the
+    baselines, which run no law."""
+    spec = policy_spec(name)
+    changes, _ = _split(variant, spec.build is _predictive)
+    if spec.law is None:
+        if changes:
+            raise InvalidConfigError(f"policy {name!r} has no settings to vary")
+        return None
+    law = spec.law.varied((intents or Intents()).changes())
+    law = law.varied(changes) if changes else law
+    return law.time_scaled(speedup)
+
+
+def rule_for(
+    name: str,
+    intents: Intents | None = None,
+    variant: Variant | None = None,
+    speedup: float = 1.0,
+) -> AdmissionRule:
+    """The admission rule of policy ``name``: what the router applies on an instance
+    whose daemon is stale or absent, and what the simulator's fleet admits by."""
+    law = law_for(name, intents, variant, speedup)
+    return ADMIT_ALL if law is None else law.rule
 
 
 def make_controller(
     name: str,
     levels: FrequencyLevels,
-    kairos: KairosConfig | None = None,
-    predictive: PredictiveConfig | None = None,
+    intents: Intents | None = None,
+    variant: Variant | None = None,
+    speedup: float = 1.0,
 ) -> Controller:
-    """Return the controller named ``name`` over ``levels`` (``predictive`` only
-    configures the ``predictive`` policy)."""
+    """The controller named ``name`` over ``levels``, with the operator's ``intents``
+    (τ, β, γ), a research ``variant`` (constants changed in code) and the clock's
+    ``speedup`` (:func:`law_for`)."""
     spec = policy_spec(name)
-    return spec.build(name, levels, kairos_config_for(name, kairos), predictive)
+    _, predictive = _split(variant, spec.build is _predictive)
+    return spec.build(name, levels, law_for(name, intents, variant, speedup), predictive)
 
 
 def make_placement_policy(name: str, theta_cons: float = 0.5) -> PlacementPolicy:

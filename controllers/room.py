@@ -99,7 +99,7 @@ def make_room(
     instances where that succeeds, the fewest moves (then the fewest tokens
     moved) wins.
     """
-    if not (rule.enabled and rule.make_room):
+    if not rule.enabled:
         return ()
     for agent in held:
         if any(
@@ -132,12 +132,12 @@ def _plan_on(
     name = gate.load.name
     cap = gate.load.capacity_tokens
     own = name == agent.instance
-    if agent.context_tokens <= 0 or not gate.admission_control or cap <= 0 or gate.defer:
+    rule_here = gate.rule_here(rule)
+    if agent.context_tokens <= 0 or not rule_here.enabled or cap <= 0 or gate.defer:
         return None
     if gate.held > (1 if own else 0):
         return None
     usage = gate.admission_usage_tokens
-    rule_here = gate.rule_here(rule)
     if _admits(agent.context_tokens, usage, cap, rule_here):
         return None  # fleet admission's case (rehome_held), not ours
     others = {g.load.name: _leaving(g, agent) for g in gates if g.load.name != name}

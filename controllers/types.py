@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controllers.frequency import FrequencyLevels
+from controllers.reason import Cap, Reason
+from controllers.reason import label as reason_label
 from kairos_common.views import (
+    ADMIT_ALL,
+    AdmissionRule,
     AgentView,
     ModelReport,
     RequestObservation,
@@ -22,6 +26,8 @@ from kairos_common.views import (
 )
 
 __all__ = [
+    "ADMIT_ALL",
+    "AdmissionRule",
     "AgentView",
     "ControlDecision",
     "Controller",
@@ -60,18 +66,23 @@ class InstanceSnapshot:
 
 @dataclass(frozen=True, slots=True)
 class ControlDecision:
-    """What a controller decided for one epoch: clock, admissions, and why."""
+    """What a controller decided for one epoch: clock, admissions, and why.
+
+    ``reason`` names the stage that set the level (:class:`~controllers.reason.Reason`);
+    ``warmup`` and ``cap`` qualify it (:attr:`label` is the text reports show).
+    ``rule`` is the policy's Eq. 13, which the daemon carries whole to the router.
+    """
 
     epoch: int
     level: int
     clock_mhz: int
+    reason: Reason
     admit: tuple[str, ...] = ()
     defer_admissions: bool = False
     boost: bool = False
     usage_tokens: int = 0
     capacity_tokens: int = 0
     min_throughput_tok_s: float | None = None
-    reason: str = ""
     report: ModelReport | None = None
     """A learning controller's own numbers (per-level SLO margins, model error)."""
     fleet_conflict: bool = False
@@ -84,6 +95,17 @@ class ControlDecision:
     """The context Eq. 9 set the level from: the working set, or its recent mean
     while nothing presses (docs/control-law.md, points 6 and 17). None for
     policies without Eq. 9 (fixed clocks, no control)."""
+    rule: AdmissionRule = ADMIT_ALL
+    """The policy's admission rule (Eq. 13 and how it weighs contexts)."""
+    warmup: bool = False
+    """A learning controller followed KAIROS's decision while its model warms up."""
+    cap: Cap | None = None
+    """A power cap lowered the clock below the policy's choice."""
+
+    @property
+    def label(self) -> str:
+        """``reason`` with its qualifiers, as power reports and metrics show it."""
+        return reason_label(self.reason, warmup=self.warmup, cap=self.cap)
 
 
 class Controller(Protocol):
@@ -91,8 +113,12 @@ class Controller(Protocol):
 
     name: str
     levels: FrequencyLevels
-    admission_control: bool
-    """False when the policy admits every agent at once (no thrashing avoidance):
-    the router must then not hold agents either, not even for one epoch."""
+
+    @property
+    def rule(self) -> AdmissionRule:
+        """The policy's admission rule; ``rule.enabled`` is False when it admits every
+        agent at once (no thrashing avoidance): the router must then not hold agents
+        either, not even for one epoch."""
+        ...
 
     def decide(self, snapshot: InstanceSnapshot) -> ControlDecision: ...

@@ -23,6 +23,28 @@ from kairos_common.errors import ConfigError
 
 T = TypeVar("T")
 
+CODE_ONLY: Mapping[str, Any] = types.MappingProxyType({"code_only": True})
+"""Field metadata: a constant of the code, not operator configuration. Tests and
+research set it in code; a file, the environment or a flag that sets it is an
+error, and the generated reference leaves it out."""
+NOTES = "docs/notes/configuration.md"
+"""Where every constant that left the operator configuration is accounted for."""
+
+
+def code_only(field: dataclasses.Field[Any]) -> bool:
+    """Is ``field`` a constant of the code (:data:`CODE_ONLY`)?"""
+    return bool(field.metadata.get("code_only"))
+
+
+def _refusal(cls: type, key: str, dotted: str, retired: Mapping[str, str]) -> str | None:
+    """Why ``key`` (``dotted`` in full) may not be set, or None when it may."""
+    if dotted in retired:
+        return f"{dotted} was removed: {retired[dotted]}"
+    field = next((f for f in dataclasses.fields(cls) if f.name == key), None)
+    if field is not None and code_only(field):
+        return f"{dotted} is a constant of the code, not configuration ({NOTES})"
+    return None
+
 
 def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
     origin = typing.get_origin(tp)
@@ -101,34 +123,85 @@ def _sub_schema(cls: type, name: str) -> type | None:
     return tp if dataclasses.is_dataclass(tp) and isinstance(tp, type) else None
 
 
-def _check_keys(cls: type, data: Mapping[str, Any], what: str, section: str = "") -> None:
-    """Reject keys ``cls`` does not have, naming their source (a file, the env)."""
-    known = [f.name for f in dataclasses.fields(cls)]
+def _check_keys(
+    cls: type,
+    data: Mapping[str, Any],
+    what: str,
+    section: str = "",
+    retired: Mapping[str, str] | None = None,
+) -> None:
+    """Reject keys ``cls`` does not have, removed keys (naming what replaced them)
+    and constants of the code, naming their source (a file, the env)."""
+    retired = retired or {}
+    where = f"{what} [{section}]" if section else what
+    for key in sorted(data):
+        why = _refusal(cls, key, f"{section}.{key}" if section else key, retired)
+        if why is not None:
+            raise ConfigError(f"{where}: {why}")
+    known = [f.name for f in dataclasses.fields(cls) if not code_only(f)]
     unknown = sorted(k for k in data if k not in known)
     if unknown:
-        where = f"{what} [{section}]" if section else what
         raise _unknown(unknown, known, where)
     for key, value in data.items():
         sub = _sub_schema(cls, key)
         if sub is not None and isinstance(value, Mapping):
-            _check_keys(sub, value, what, f"{section}.{key}" if section else key)
+            _check_keys(sub, value, what, f"{section}.{key}" if section else key, retired)
 
 
 def _env_names(cls: type, prefix: str) -> list[str]:
     """Every environment variable the schema reads (``PREFIX_FIELD``, ``PREFIX_SEC__FIELD``)."""
     names = []
     for f in dataclasses.fields(cls):
+        if code_only(f):
+            continue
         sub = _sub_schema(cls, f.name)
         key = f"{prefix}_{f.name.upper()}"
         names.extend(_env_names(sub, f"{key}_") if sub is not None else [key])
     return names
 
 
-def _check_env(cls: type, prefix: str, env: Mapping[str, str]) -> None:
+def _check_env(
+    cls: type, prefix: str, env: Mapping[str, str], retired: Mapping[str, str] | None = None
+) -> None:
     known = _env_names(cls, prefix)
     unknown = sorted(k for k in env if k.startswith(f"{prefix}_") and k not in known)
+    for name in unknown:
+        why = _env_refusal(cls, name.removeprefix(f"{prefix}_"), retired or {})
+        if why is not None:
+            raise ConfigError(f"environment: {name}: {why}")
     if unknown:
         raise _unknown(unknown, known, "environment")
+
+
+def _check_env_refusals(
+    cls: type, prefix: str, env: Mapping[str, str], retired: Mapping[str, str]
+) -> None:
+    known = set(_env_names(cls, prefix))
+    for name in sorted(k for k in env if k.startswith(f"{prefix}_") and k not in known):
+        why = _env_refusal(cls, name.removeprefix(f"{prefix}_"), retired)
+        if why is not None:
+            raise ConfigError(f"environment: {name}: {why}")
+
+
+def _env_refusal(cls: type, rest: str, retired: Mapping[str, str]) -> str | None:
+    """Why the variable for ``rest`` (``SEC__FIELD``) names no key: a removed key or
+    section, or a constant of the code; None if it is merely unknown."""
+    parts = rest.lower().split("__")
+    for n in range(1, len(parts) + 1):
+        dotted = ".".join(parts[:n])
+        if dotted in retired:
+            return f"{dotted} was removed: {retired[dotted]}"
+    schema: type = cls
+    for n, part in enumerate(parts):
+        why = _refusal(schema, part, ".".join(parts[: n + 1]), {})
+        if why is not None:
+            return why
+        names = {f.name for f in dataclasses.fields(schema)}
+        sub = _sub_schema(schema, part) if part in names else None
+        if sub is None:
+            return None
+        schema = sub
+    return None
 
 
 def _build(cls: type[T], data: Mapping[str, Any], where: str) -> T:
@@ -148,6 +221,8 @@ def _env_layer(cls: type, prefix: str, env: Mapping[str, str]) -> dict[str, Any]
     out: dict[str, Any] = {}
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if code_only(f):
+            continue
         tp, _ = _unwrap_optional(hints[f.name])
         key = f"{prefix}_{f.name.upper()}"
         if dataclasses.is_dataclass(tp) and isinstance(tp, type):
@@ -194,6 +269,7 @@ def load_config(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     strict_env: bool = False,
+    retired: Mapping[str, str] | None = None,
 ) -> T:
     """Build ``cls`` from defaults, ``path``, the environment and ``overrides``.
 
@@ -201,15 +277,20 @@ def load_config(
     ``strict_env`` a variable that starts with ``<env_prefix>_`` but names no
     key (``KAIROSD_POLCY``) is an error, like a misspelt key in the file; only
     for prefixes no other program shares (``KAIROS_ROUTER_URL`` is id-tracker's).
+    ``retired`` maps removed dotted keys (or sections) to what replaced them: a
+    file or variable that sets one is an error that says so. Fields marked
+    :data:`CODE_ONLY` may not be set from outside the code either.
     """
     layers: dict[str, Any] = {}
     environ = os.environ if env is None else env
     if path is not None:
         data = read_toml(path)
-        _check_keys(cls, data, f"config file {path}")
+        _check_keys(cls, data, f"config file {path}", retired=retired)
         layers = _merge(layers, data)
     if strict_env:
-        _check_env(cls, env_prefix, environ)
+        _check_env(cls, env_prefix, environ, retired)
+    else:  # a variable that sets a removed key or a constant of the code still says so
+        _check_env_refusals(cls, env_prefix, environ, retired or {})
     layers = _merge(layers, _env_layer(cls, env_prefix, environ))
     if overrides:
         layers = _merge(layers, {k: v for k, v in overrides.items() if v is not None})
@@ -221,6 +302,8 @@ def config_reference(cls: type, section: str = "") -> list[tuple[str, str, str]]
     rows: list[tuple[str, str, str]] = []
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if code_only(f):
+            continue
         tp, _ = _unwrap_optional(hints[f.name])
         key = f"{section}.{f.name}" if section else f.name
         if dataclasses.is_dataclass(tp) and isinstance(tp, type):

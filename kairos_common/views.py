@@ -12,6 +12,7 @@ Units are in the names: ``_tokens`` for KV/context sizes, ``_s`` for seconds,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 
@@ -33,7 +34,7 @@ class AgentView:
 
     ``context_tokens`` is ``C_a``: prompt + completion tokens of the agent's latest
     completed request, or ``None`` when it has not completed one yet (the
-    controller then sizes it with ``KairosConfig.new_agent_context_tokens`` unless
+    controller then sizes it with ``controllers.epoch.NEW_AGENT_CONTEXT_TOKENS`` unless
     ``estimated_context_tokens`` is given, e.g. from the held request's prompt).
 
     ``decode_tokens`` and ``llm_time_s`` are the sums of Eq. 3/10 over completed
@@ -116,3 +117,50 @@ class ModelReport:
     def slo_margin(self, level: int) -> float | None:
         """The predicted SLO margin at ``level``, or None when not predicted."""
         return self.slo_margin_by_level.get(level)
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionRule:
+    """Eq. 13 and how it weighs an instance's contexts: one value per policy.
+
+    Defined by the policy (:mod:`controllers.policy`), carried whole in every
+    decision a daemon posts (:class:`kairos_common.wire.AdmissionDecision`), and
+    applied by the router on that instance while the decision is fresh; the
+    simulator's fleet admission applies the same value. It lives here, in a module
+    that imports only the standard library, because the wire carries it.
+
+    ``beta`` / ``gamma``: Eq. 13 admits the head of the hold queue while
+    ``U < γ·U_max`` and ``U + C_head ≤ β·U_max`` (docs/control-law.md, points 3
+    and 18). ``enabled``: False for policies without thrashing avoidance (no
+    control, fixed clocks, ``kairos-no-ta``), which admit every agent at once.
+    ``idle_after_s``: an agent with no request in flight for this long is idle
+    (point 6; making room moves only idle agents, point 15). ``evictable_after_s``:
+    idle this long, its context is evictable prefix cache and holds no room
+    (point 14; None: every context counts until its agent ends, as in the paper).
+    ``offload_aware``: the idle contexts a CPU KV tier holds need no room either
+    (point 13; False: the tier is ignored, as in the paper).
+    """
+
+    beta: float = 0.98
+    gamma: float = 0.95
+    enabled: bool = True
+    idle_after_s: float = 10.0
+    evictable_after_s: float | None = 60.0
+    offload_aware: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.gamma <= self.beta < 1.0 + 1e-12:
+            raise ValueError(
+                f"need 0 < gamma <= beta <= 1, got gamma={self.gamma} beta={self.beta}"
+            )
+        if not (math.isfinite(self.idle_after_s) and self.idle_after_s > 0.0):
+            raise ValueError(f"idle_after_s must be > 0, got {self.idle_after_s}")
+        window = self.evictable_after_s
+        if window is not None and not (math.isfinite(window) and window > 0.0):
+            raise ValueError(f"evictable_after_s must be > 0 or None, got {window}")
+
+
+ADMIT_ALL = AdmissionRule(enabled=False)
+"""The rule of a policy that admits every agent at once (no control, fixed clocks).
+Its thresholds and windows still judge where overflow relief finds room (point 10),
+which applies under every policy."""

@@ -21,11 +21,18 @@ Control endpoints are authenticated with ``Authorization: Bearer <control
 token>`` when the router has a control token configured; without one the router
 accepts control calls only from loopback peers.
 
-Admission decisions are idempotent and versioned: a decision carries the
-daemon's ``(daemon_start_unix_s, epoch)``; the router applies it only if that
-pair is newer than the last one it applied for the instance, and admitting an
-agent that is not pending is a no-op. A late or repeated message therefore can
-never admit twice.
+Every message carries the schema's ``version`` (:data:`WIRE_VERSION`, one for
+the whole contract); a message of another version is refused with a
+:class:`~kairos_common.errors.WireVersionError` naming the version this side
+speaks (the router answers it with HTTP 400), since the router, the daemons and
+id-tracker of one release change together. A message without one (a hand-made
+request, an empty end body) is read as this version.
+
+Admission decisions are idempotent and ordered: a decision carries the daemon's
+``(daemon_start_unix_s, epoch)``; the router applies it only if that pair is
+newer than the last one it applied for the instance, and admitting an agent
+that is not pending is a no-op. A late or repeated message therefore can never
+admit twice.
 """
 
 from __future__ import annotations
@@ -33,8 +40,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kairos_common.errors import WireFormatError
-from kairos_common.views import AgentView, ModelReport, RequestObservation
+from kairos_common.errors import WireFormatError, WireVersionError
+from kairos_common.views import AdmissionRule, AgentView, ModelReport, RequestObservation
 from kairos_common.wire_fields import (
     MAX_COUNT,
     MAX_DURATION_S,
@@ -56,6 +63,8 @@ from kairos_common.wire_views import (
     observation_to_json,
     report_from_json,
     report_to_json,
+    rule_from_json,
+    rule_to_json,
 )
 
 API_PREFIX = "/kairos/v1"
@@ -65,7 +74,26 @@ parent's, so a front balancer starts a sub-agent beside its parent; docs/cells.m
 REQUIRE_ROOM_HEADER = "X-Kairos-Require-Room"
 """On an agent start: decline it (503 ``cell_full``) unless this cell has room now;
 the front balancer sets it on the starts it steers by room (docs/cells.md)."""
-WIRE_VERSION = 1
+WIRE_VERSION = 2
+"""The schema version of every message below. 2: decisions carry their policy's
+whole admission rule and group their fields (issue 58)."""
+SUPPORTED_VERSIONS = (WIRE_VERSION,)
+
+
+def check_version(obj: dict[str, Any]) -> None:
+    """Refuse a message of a version this side does not speak (absent: this one)."""
+    version = get_field(obj, "version", int, WIRE_VERSION)
+    if version not in SUPPORTED_VERSIONS:
+        speaks = ", ".join(str(v) for v in SUPPORTED_VERSIONS)
+        raise WireVersionError(
+            f"wire version {version} is not supported: this side speaks version {speaks} "
+            "(upgrade the router, kairosd and id-tracker together)"
+        )
+
+
+def _versioned(body: dict[str, Any]) -> dict[str, Any]:
+    return {"version": WIRE_VERSION, **body}
+
 
 # -- Leader and standby (docs/scale-out.md) ---------------------------------------------
 # Routers that share a Redis store elect one leader; only it serves. These names are
@@ -108,10 +136,11 @@ class AgentStart:
     pid: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _versioned(asdict(self))
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentStart:
+        check_version(obj)
         return cls(
             name=get_field(obj, "name", str, None),
             parent_id=get_field(obj, "parent_id", str, None),
@@ -131,10 +160,11 @@ class AgentStarted:
     """Present it to end this agent with the lifecycle credential (empty: not needed)."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _versioned(asdict(self))
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentStarted:
+        check_version(obj)
         return cls(
             agent_id=get_field(obj, "agent_id", str),
             token=get_field(obj, "token", str),
@@ -161,10 +191,11 @@ class AgentEnd:
     request). 0: answer at once, without a summary. Older routers ignore it."""
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _versioned(asdict(self))
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentEnd:
+        check_version(obj)
         return cls(
             exit_code=get_field(obj, "exit_code", int, lo=-(2**31), hi=2**31),
             signal=get_field(obj, "signal", int, None, lo=0, hi=1024),
@@ -200,10 +231,11 @@ class AgentSummary:
     energy_j: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _versioned(asdict(self))
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentSummary:
+        check_version(obj)
         return cls(
             agent_id=get_field(obj, "agent_id", str),
             turns=get_field(obj, "turns", int, lo=0, hi=MAX_COUNT),
@@ -229,13 +261,14 @@ class AgentEndReply:
     ok: bool = True
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"ok": self.ok}
+        out: dict[str, Any] = _versioned({"ok": self.ok})
         if self.summary is not None:
             out["summary"] = self.summary.to_json()
         return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> AgentEndReply:
+        check_version(obj)
         raw = get_field(obj, "summary", dict, None)
         return cls(
             summary=None if raw is None else AgentSummary.from_json(raw),
@@ -260,13 +293,12 @@ class InstanceState:
     capacity_tokens: int | None = None
     healthy: bool = True
     draining: bool = False
-    version: int = WIRE_VERSION
     observations: tuple[RequestObservation, ...] = ()
     """Recent finished requests on this instance (optional; issue 10's online model)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "version": self.version,
+            "version": WIRE_VERSION,
             "instance": self.instance,
             "now_s": self.now_s,
             "ongoing": [agent_to_json(a) for a in self.ongoing],
@@ -279,6 +311,7 @@ class InstanceState:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> InstanceState:
+        check_version(obj)
         ongoing = get_field(obj, "ongoing", list, [])
         pending = get_field(obj, "pending", list, [])
         observations = get_field(obj, "observations", list, [])
@@ -290,98 +323,80 @@ class InstanceState:
             capacity_tokens=get_field(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
             healthy=get_field(obj, "healthy", bool, True),
             draining=get_field(obj, "draining", bool, False),
-            version=get_field(obj, "version", int, WIRE_VERSION),
             observations=tuple(observation_from_json(o) for o in observations),
         )
 
 
 @dataclass(frozen=True, slots=True)
-class AdmissionDecision:
-    """daemon → router: what the instance's controller decided this epoch.
+class DecisionAdmission:
+    """Whom the decision admits and by what rule the router admits meanwhile.
 
-    ``valid_for_s``: after this long without a newer decision the router treats
-    the daemon as stale and falls back to its local same-rule admission.
-    ``admission_control``: false when the daemon's policy admits everyone at once
-    (no-control, fixed clocks, kairos-no-ta); the router then holds no agent.
-
-    Fleet power budget (optional; old daemons omit them and are not capped):
-    ``levels_mhz`` are the clocks the daemon may be capped to (empty when it
-    cannot change clocks, e.g. observe mode); ``measured_power_w`` and
-    ``measured_clock_mhz`` are what the instance drew over its last closed
-    epoch and at which clock; ``min_throughput_tok_s`` is the slowest agent's
-    Eq. 3 throughput and ``report`` the controller's own numbers (the predictive
-    controller's per-level SLO margins and efficient floor; None for the others).
-    A message from a daemon that still sends the old ``extras`` map decodes;
-    the map is ignored (the router then falls back to its throughput-scaled slack).
-
-    ``offload_tokens``: the instance's CPU KV tier as the daemon read it from vLLM
-    (0: none, or an old daemon); the router then admits against the resident usage
-    (:func:`controllers.admission.resident_tokens`; docs/control-law.md, point 13),
-    counting as idle the agents with no request for ``idle_after_s`` (the daemon's
-    ``[kairos] idle_after_s``, so both judge activity alike).
-    ``evictable_after_s``: the law's eviction window (``[kairos] evictable_after_s``;
-    docs/control-law.md, point 14): the router does not count the contexts of
-    agents idle this long towards admission. None: off (``kairos-paper``, or an
-    old daemon).
-    ``beta`` / ``gamma``: Eq. 13's thresholds of the daemon's policy (``[kairos]``;
-    docs/control-law.md, point 18), which the router admits by on this instance
-    while the decision is fresh; both or neither, ``0 < γ ≤ β ≤ 1``. None (an old
-    daemon): the router's own ``[admission]`` thresholds.
-
-    Energy per agent (optional; docs/energy.md): ``energy_total_j`` is the GPU
-    energy the instance measured from the daemon's start to the end of its last
-    closed epoch — a monotone counter, so a lost message loses no joules (the
-    router attributes each increase to the work since the previous one).
+    ``rule``: the daemon's policy's whole admission rule (Eq. 13's β and γ, whether
+    it holds anyone at all, its activity and eviction windows, whether it reads the
+    CPU KV tier: :class:`~kairos_common.views.AdmissionRule`), which the router
+    applies on this instance while the decision is fresh (docs/control-law.md,
+    points 13, 14, 18). ``defer``: hold newcomers until the next decision.
+    ``offload_tokens``: the CPU KV tier the daemon read from vLLM and its law counts
+    on (0: none), so the router weighs the same resident usage.
     """
 
-    instance: str
-    daemon_id: str
-    daemon_start_unix_s: float
-    epoch: int
     admit: tuple[str, ...] = ()
-    defer_admissions: bool = False
+    defer: bool = False
+    rule: AdmissionRule = field(default_factory=AdmissionRule)
     capacity_tokens: int | None = None
-    clock_mhz: int | None = None
-    boost: bool = False
-    valid_for_s: float = 15.0
-    policy: str = "kairos"
-    admission_control: bool = True
-    report: ModelReport | None = None
-    version: int = WIRE_VERSION
-    levels_mhz: tuple[int, ...] = ()
-    measured_power_w: float | None = None
-    measured_clock_mhz: int | None = None
-    min_throughput_tok_s: float | None = None
-    energy_total_j: float | None = None
     offload_tokens: int = 0
-    idle_after_s: float = 10.0
-    evictable_after_s: float | None = None
-    beta: float | None = None
-    gamma: float | None = None
-
-    def __post_init__(self) -> None:
-        if (self.beta is None) != (self.gamma is None):
-            raise WireFormatError("fields 'beta' and 'gamma' come together or not at all")
-        if self.beta is not None and self.gamma is not None and self.gamma > self.beta:
-            raise WireFormatError(f"need gamma <= beta, got gamma={self.gamma} beta={self.beta}")
-
-    @property
-    def order_key(self) -> tuple[float, int]:
-        """Decisions are applied only in strictly increasing order of this key."""
-        return (self.daemon_start_unix_s, self.epoch)
 
     def to_json(self) -> dict[str, Any]:
-        out = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "report"}
-        out["admit"] = list(self.admit)
-        out["levels_mhz"] = list(self.levels_mhz)
-        out["report"] = None if self.report is None else report_to_json(self.report)
-        return out
+        return {
+            "admit": list(self.admit),
+            "defer": self.defer,
+            "rule": rule_to_json(self.rule),
+            "capacity_tokens": self.capacity_tokens,
+            "offload_tokens": self.offload_tokens,
+        }
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> AdmissionDecision:
+    def from_json(cls, obj: dict[str, Any]) -> DecisionAdmission:
         admit = get_field(obj, "admit", list, [])
         if not all(isinstance(a, str) and len(a) <= 256 for a in admit):
             raise WireFormatError("field 'admit' must be a list of agent ids")
+        return cls(
+            admit=tuple(admit),
+            defer=get_field(obj, "defer", bool, False),
+            rule=rule_from_json(get_field(obj, "rule", dict)),
+            capacity_tokens=get_field(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
+            offload_tokens=get_field(obj, "offload_tokens", int, 0, lo=0, hi=MAX_TOKENS),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionClock:
+    """The clock the daemon chose, and what the fleet power budget reads of it.
+
+    ``levels_mhz``: the clocks the daemon may be capped to (empty when it cannot
+    change clocks, e.g. observe mode); ``min_throughput_tok_s``: the slowest
+    agent's Eq. 3 throughput; ``report``: the controller's own numbers (the
+    predictive controller's per-level SLO margins and efficient floor; None for
+    the others).
+    """
+
+    clock_mhz: int | None = None
+    boost: bool = False
+    levels_mhz: tuple[int, ...] = ()
+    min_throughput_tok_s: float | None = None
+    report: ModelReport | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "clock_mhz": self.clock_mhz,
+            "boost": self.boost,
+            "levels_mhz": list(self.levels_mhz),
+            "min_throughput_tok_s": self.min_throughput_tok_s,
+            "report": None if self.report is None else report_to_json(self.report),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> DecisionClock:
         report = get_field(obj, "report", dict, None)
         levels = get_field(obj, "levels_mhz", list, [])
         if len(levels) > MAX_LEVELS or not all(
@@ -389,34 +404,95 @@ class AdmissionDecision:
         ):
             raise WireFormatError("field 'levels_mhz' must be a list of positive MHz integers")
         return cls(
+            clock_mhz=get_field(obj, "clock_mhz", int, None, lo=1, hi=MAX_MHZ),
+            boost=get_field(obj, "boost", bool, False),
+            levels_mhz=tuple(sorted(set(levels))),
+            min_throughput_tok_s=get_field(
+                obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE
+            ),
+            report=None if report is None else report_from_json(report),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Measurement:
+    """What the instance drew: over its last closed epoch (``power_w`` at
+    ``clock_mhz``; the fleet budget's input) and since the daemon started
+    (``energy_total_j``, a monotone counter, so a lost message loses no joules:
+    the router attributes each increase to the work since the previous one,
+    docs/energy.md)."""
+
+    power_w: float | None = None
+    clock_mhz: int | None = None
+    energy_total_j: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> Measurement:
+        return cls(
+            power_w=get_field(obj, "power_w", float, None, lo=0, hi=MAX_POWER_W),
+            clock_mhz=get_field(obj, "clock_mhz", int, None, lo=0, hi=MAX_MHZ),
+            energy_total_j=get_field(obj, "energy_total_j", float, None, lo=0, hi=MAX_ENERGY_J),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionDecision:
+    """daemon → router: what the instance's controller decided this epoch.
+
+    Who and when (the order key ``(daemon_start_unix_s, epoch)``), the policy by
+    name, and three typed parts: :class:`DecisionAdmission` (whom it admits, and
+    the policy's rule), :class:`DecisionClock` (its clock, for the fleet power
+    budget) and :class:`Measurement` (power and energy, for the budget and energy
+    per agent). ``valid_for_s``: after this long without a newer decision the
+    router treats the daemon as stale and admits by the rule of its own
+    ``policy`` instead.
+    """
+
+    instance: str
+    daemon_id: str
+    daemon_start_unix_s: float
+    epoch: int
+    policy: str = "kairos"
+    valid_for_s: float = 15.0
+    admission: DecisionAdmission = field(default_factory=DecisionAdmission)
+    clock: DecisionClock = field(default_factory=DecisionClock)
+    measured: Measurement = field(default_factory=Measurement)
+
+    @property
+    def order_key(self) -> tuple[float, int]:
+        """Decisions are applied only in strictly increasing order of this key."""
+        return (self.daemon_start_unix_s, self.epoch)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": WIRE_VERSION,
+            "instance": self.instance,
+            "daemon_id": self.daemon_id,
+            "daemon_start_unix_s": self.daemon_start_unix_s,
+            "epoch": self.epoch,
+            "policy": self.policy,
+            "valid_for_s": self.valid_for_s,
+            "admission": self.admission.to_json(),
+            "clock": self.clock.to_json(),
+            "measured": self.measured.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> AdmissionDecision:
+        check_version(obj)
+        return cls(
             instance=get_field(obj, "instance", str),
             daemon_id=get_field(obj, "daemon_id", str),
             daemon_start_unix_s=get_field(obj, "daemon_start_unix_s", float, lo=0, hi=MAX_UNIX_S),
             epoch=get_field(obj, "epoch", int, lo=0),
-            admit=tuple(admit),
-            defer_admissions=get_field(obj, "defer_admissions", bool, False),
-            capacity_tokens=get_field(obj, "capacity_tokens", int, None, lo=1, hi=MAX_TOKENS),
-            clock_mhz=get_field(obj, "clock_mhz", int, None, lo=1, hi=MAX_MHZ),
-            boost=get_field(obj, "boost", bool, False),
-            valid_for_s=get_field(obj, "valid_for_s", float, 15.0, lo=1e-3, hi=MAX_VALID_FOR_S),
             policy=get_field(obj, "policy", str, "kairos"),
-            admission_control=get_field(obj, "admission_control", bool, True),
-            report=None if report is None else report_from_json(report),
-            version=get_field(obj, "version", int, WIRE_VERSION),
-            levels_mhz=tuple(sorted(set(levels))),
-            measured_power_w=get_field(obj, "measured_power_w", float, None, lo=0, hi=MAX_POWER_W),
-            measured_clock_mhz=get_field(obj, "measured_clock_mhz", int, None, lo=0, hi=MAX_MHZ),
-            min_throughput_tok_s=get_field(
-                obj, "min_throughput_tok_s", float, None, lo=0, hi=MAX_RATE
-            ),
-            energy_total_j=get_field(obj, "energy_total_j", float, None, lo=0, hi=MAX_ENERGY_J),
-            offload_tokens=get_field(obj, "offload_tokens", int, 0, lo=0, hi=MAX_TOKENS),
-            idle_after_s=get_field(obj, "idle_after_s", float, 10.0, lo=1e-3, hi=MAX_VALID_FOR_S),
-            evictable_after_s=get_field(
-                obj, "evictable_after_s", float, None, lo=1e-3, hi=MAX_VALID_FOR_S
-            ),
-            beta=get_field(obj, "beta", float, None, lo=1e-3, hi=1.0),
-            gamma=get_field(obj, "gamma", float, None, lo=1e-3, hi=1.0),
+            valid_for_s=get_field(obj, "valid_for_s", float, 15.0, lo=1e-3, hi=MAX_VALID_FOR_S),
+            admission=DecisionAdmission.from_json(get_field(obj, "admission", dict)),
+            clock=DecisionClock.from_json(get_field(obj, "clock", dict, {})),
+            measured=Measurement.from_json(get_field(obj, "measured", dict, {})),
         )
 
 
@@ -438,6 +514,7 @@ class DecisionAck:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
+            "version": WIRE_VERSION,
             "accepted": self.accepted,
             "admitted": list(self.admitted),
             "reason": self.reason,
@@ -449,6 +526,7 @@ class DecisionAck:
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> DecisionAck:
+        check_version(obj)
         return cls(
             accepted=get_field(obj, "accepted", bool),
             admitted=tuple(get_field(obj, "admitted", list, [])),

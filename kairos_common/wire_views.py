@@ -13,13 +13,14 @@ from dataclasses import asdict
 from typing import Any
 
 from kairos_common.errors import WireFormatError
-from kairos_common.views import AgentView, ModelReport, RequestObservation
+from kairos_common.views import AdmissionRule, AgentView, ModelReport, RequestObservation
 from kairos_common.wire_fields import (
     MAX_DURATION_S,
     MAX_LEVELS,
     MAX_MARGIN,
     MAX_MHZ,
     MAX_TOKENS,
+    MAX_VALID_FOR_S,
     finite,
     finite_or_none,
     get_field,
@@ -103,3 +104,26 @@ def report_from_json(obj: dict[str, Any]) -> ModelReport:
         model_error=get_field(obj, "model_error", float, None, lo=0, hi=MAX_MARGIN),
         model_observations=get_field(obj, "model_observations", int, 0, lo=0),
     )
+
+
+def rule_to_json(rule: AdmissionRule) -> dict[str, Any]:
+    return asdict(rule)
+
+
+def rule_from_json(obj: dict[str, Any]) -> AdmissionRule:
+    """Eq. 13 as the daemon's policy applies it: ``0 < γ ≤ β ≤ 1``, windows in seconds."""
+    try:
+        return AdmissionRule(
+            beta=get_field(obj, "beta", float, lo=1e-3, hi=1.0),
+            gamma=get_field(obj, "gamma", float, lo=1e-3, hi=1.0),
+            enabled=get_field(obj, "enabled", bool),
+            idle_after_s=get_field(obj, "idle_after_s", float, lo=1e-3, hi=MAX_VALID_FOR_S),
+            evictable_after_s=get_field(
+                obj, "evictable_after_s", float, None, lo=1e-3, hi=MAX_VALID_FOR_S
+            ),
+            offload_aware=get_field(obj, "offload_aware", bool),
+        )
+    except ValueError as exc:
+        if isinstance(exc, WireFormatError):
+            raise
+        raise WireFormatError(f"field 'rule': {exc}") from None

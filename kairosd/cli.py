@@ -91,7 +91,7 @@ def run(
     policy: Annotated[
         str | None,
         Opt(
-            help="kairos, kairos-paper, kairos-no-ta, predictive, no-control, "
+            help="kairos, kairos-alg1, kairos-no-ta, predictive, no-control, "
             "fixed:MHZ. Default kairos."
         ),
     ] = None,

@@ -16,6 +16,7 @@ import dataclasses
 import structlog
 
 from controllers.frequency import FrequencyLevels
+from controllers.reason import Cap
 from controllers.types import ControlDecision
 from kairos_common.wire import DecisionAck
 
@@ -57,6 +58,6 @@ class ClockCap:
             decision,
             level=level,
             clock_mhz=levels.clock_of(level),
-            reason=f"budget-cap({decision.reason})",
+            cap=Cap.BUDGET,
         )
         return capped, f"budget-cap:{reason}"

@@ -2,9 +2,10 @@
 
 Loaded with :func:`kairos_common.config.load_config` (precedence: defaults <
 TOML < env ``KAIROSD_<FIELD>`` / ``KAIROSD_KAIROS__<FIELD>`` < CLI flags). The
-control-law constants live in the nested ``[kairos]`` table, which is the
-controllers' own :class:`~controllers.kairos.KairosConfig`, so there is one
-definition of each constant and its default.
+operator states the policy by name and its intents in the nested ``[kairos]``
+table (:class:`~controllers.policy.Intents`: τ, β, γ); every other constant of
+the law is its stages' (:mod:`controllers.kairos`). Keys that were removed are
+errors that name what replaced them (:data:`RETIRED`).
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from controllers.errors import ControllerError
 from controllers.frequency import DEFAULT_FLOOR_MHZ, DEFAULT_NUM_LEVELS
-from controllers.kairos import KairosConfig
-from controllers.predictive import PredictiveConfig
-from controllers.registry import POLICY_NAMES
+from controllers.policy import Intents
+from controllers.registry import POLICY_NAMES, RENAMED, law_for
 from kairos_common.cli import check_http_url, check_log_level, check_port
-from kairos_common.config import load_config
+from kairos_common.config import NOTES, load_config
 from kairos_common.credentials import daemon_file, discover_credential, read_credential
 from kairosd.gpu.opening import BACKENDS
 
@@ -39,8 +40,40 @@ def derived_timeout_s(epoch_s: float) -> float:
     return min(DEFAULT_TIMEOUT_S, TIMEOUT_EPOCH_SHARE * epoch_s)
 
 
+_LAW = "a constant of the law in code (controllers/kairos.py)"
+_NOW_LAW = "a departure measured and kept: it is the law now, with no switch"
+RETIRED: dict[str, str] = {
+    "decision_valid_epochs": "a constant of the daemon (a decision is valid for 3 epochs)",
+    "kairos.alpha": f"{_LAW}: Eq. 8–9's 0.75",
+    "kairos.slo_boost": f"{_NOW_LAW} (Eq. 10–12)",
+    "kairos.thrashing_avoidance": "choose policy kairos-no-ta to admit every agent at once",
+    "kairos.new_agent_context_tokens": f"{_LAW} (point 1: 3000 tokens)",
+    "kairos.pending_grace_s": f"{_LAW} (point 2: 10 s)",
+    "kairos.admit_within_beta": f"{_NOW_LAW} (point 3)",
+    "kairos.make_room": f"{_NOW_LAW} (point 15)",
+    "kairos.hold_overflow": f"{_NOW_LAW} (point 16)",
+    "kairos.activity_aware": f"{_NOW_LAW} in kairos (point 6); kairos-alg1 has no such stage",
+    "kairos.boost_reachable_only": f"{_NOW_LAW} in kairos (point 7)",
+    "kairos.idle_after_s": f"{_LAW} (point 6: 10 s)",
+    "kairos.prefill_boost_tokens": f"{_LAW} (point 9: 65536 tokens)",
+    "kairos.busy_floor_mhz": f"{_LAW} (point 11: 900 MHz)",
+    "kairos.busy_floor_context_tokens": f"{_LAW} (point 11: 65536 tokens)",
+    "kairos.busy_ceiling": "not adopted without a CPU KV tier, and the law with one "
+    f"(points 12–13; {NOTES})",
+    "kairos.evictable_after_s": f"{_LAW} (point 14: 60 s)",
+    "kairos.offload_aware": f"{_NOW_LAW} in kairos (point 13)",
+    "kairos.context_window_s": f"{_LAW} (point 17: 120 s)",
+    "predictive": f"the predictive policy's constants are set in code ({NOTES})",
+}
+"""Keys operators could set before the law became a list of stages (issue 58), and
+what replaced each; a file or variable that sets one is an error saying so."""
+
+
 def check_policy(name: str) -> str:
     """``name`` if it is a policy the controllers know, checked before any GPU is opened."""
+    key = name.partition(":")[0]
+    if key in RENAMED:
+        raise ValueError(f"policy {name!r} was renamed {RENAMED[key]}")
     if name.startswith("fixed:"):
         raw = name.removeprefix("fixed:")
         if not raw.isdigit() or int(raw) <= 0:
@@ -111,11 +144,15 @@ class KairosdConfig:
     listen_port: int | None = 9470
     report_path: Path | None = None
     run: str = ""
-    decision_valid_epochs: float = 3.0
     log_level: str = "info"
-    kairos: KairosConfig = field(default_factory=KairosConfig)
-    predictive: PredictiveConfig = field(default_factory=PredictiveConfig)
-    """Knobs of ``policy = "predictive"`` (docs/beyond.md §2); ignored otherwise."""
+    sim_speedup: float = 1.0
+    """The accelerated CPU stack only (``make demo``, the end-to-end tests): its
+    simulated time runs this many times faster than the daemon's clock, so the
+    law's time constants (activity, eviction and Eq. 9 windows, the held agents'
+    grace) are divided by it. 1 everywhere else."""
+    kairos: Intents = field(default_factory=Intents)
+    """What the operator states about the law: τ, and Eq. 13's β and γ (unset: the
+    policy's own)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.router_url, str) or self.router_url is None:  # one URL, or none
@@ -145,6 +182,12 @@ class KairosdConfig:
             check_http_url(url, "router_url")
         check_policy(self.policy)
         check_log_level(self.log_level, "log_level")
+        if not (math.isfinite(self.sim_speedup) and 0.0 < self.sim_speedup <= 1000.0):
+            raise ValueError(f"sim_speedup {self.sim_speedup:g}: expected a factor in (0, 1000]")
+        try:
+            law_for(self.policy, self.kairos)
+        except ControllerError as exc:
+            raise ValueError(f"[kairos] {exc}") from None
         if self.capacity_tokens is not None and self.capacity_tokens <= 0:
             raise ValueError("capacity_tokens must be positive")
         check_kv_sizes(self.kv_bytes_per_token, self.kv_offloading_gib)
@@ -184,4 +227,5 @@ def load_daemon_config(
         env=env,
         overrides=overrides,
         strict_env=True,
+        retired=RETIRED,
     )

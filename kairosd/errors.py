@@ -55,3 +55,9 @@ class RouterInputError(InputError):
     """The router's ``/kairos/v1`` control endpoints did not answer usefully
     (unreachable, an error status, or a malformed body): an input the epoch
     goes without. Not id-tracker's ``RouterUnavailableError``, which ends a launch."""
+
+
+class RouterVersionError(RouterInputError):
+    """The router speaks another version of the ``/kairos/v1`` wire (it refused the
+    daemon's message with HTTP 400, or sent one of another version): the router,
+    the daemons and id-tracker of one release must be upgraded together."""

@@ -15,7 +15,7 @@ import structlog
 
 from kairos_common.vllm_metrics import VllmMetrics
 from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
-from kairosd.errors import GpuError, InputError
+from kairosd.errors import GpuError, InputError, RouterVersionError
 from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.metrics import DaemonMetrics
 
@@ -61,6 +61,9 @@ class Inputs:
             return None
         try:
             state = await self.router.state()
+        except RouterVersionError as exc:  # a router of another release: say it plainly
+            self._failed(self.router_in, "router", "router_speaks_another_wire_version", exc)
+            return None
         except Exception as exc:  # any failure is a missed input, never a dead loop
             self._failed(self.router_in, "router", "router_unavailable", exc)
             return None
@@ -73,7 +76,8 @@ class Inputs:
         self.metrics.input_error(name)
         if held.failures == 1:
             text = str(exc) if isinstance(exc, InputError) else repr(exc)
-            log.warning(event, error=text[:300], hint="logged once until it recovers")
+            say = log.error if isinstance(exc, RouterVersionError) else log.warning
+            say(event, error=text[:300], hint="logged once until it recovers")
 
     def _ok(self, held: Held[T], name: str, value: T) -> None:
         if held.failures:

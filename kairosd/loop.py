@@ -32,12 +32,18 @@ from typing import Any, Protocol
 import structlog
 
 from controllers.errors import ControllerError
-from controllers.registry import kairos_config_for
+from controllers.reason import Reason
 from controllers.types import ControlDecision, Controller
-from kairos_common.wire import AdmissionDecision, DecisionAck
+from kairos_common.wire import (
+    AdmissionDecision,
+    DecisionAck,
+    DecisionAdmission,
+    DecisionClock,
+    Measurement,
+)
 from kairosd.clock_cap import ClockCap
 from kairosd.config import KairosdConfig
-from kairosd.errors import GpuError, GpuPermissionError, InputError
+from kairosd.errors import GpuError, GpuPermissionError, InputError, RouterVersionError
 from kairosd.gpu.base import GpuBackend, GpuStatus
 from kairosd.gpu.observe import ObserveBackend
 from kairosd.gpu_reset import reset_clocks, wait_gpu_idle
@@ -51,6 +57,9 @@ from reporting.records import EpochRecord
 
 log = structlog.get_logger()
 _RECENT_RECORDS = 64  # kept in memory for status/tests; the report file has them all
+DECISION_VALID_EPOCHS = 3.0
+"""A decision is valid for this many epochs: the router falls back to its own rule
+only once three in a row are missing (one late post is not a stale daemon)."""
 
 
 class RecordSink(Protocol):
@@ -112,13 +121,7 @@ class Daemon:
             config.kv_offloading_gib,
             config.kv_bytes_per_token,
         )
-        law = kairos_config_for(config.policy, config.kairos)
-        self.idle_after_s = law.idle_after_s
-        """The law's activity window, sent with the tier so the router judges idle alike."""
-        self.evictable_after_s = law.evictable_after_s
-        """The law's eviction window, sent so the router admits as the law does."""
-        self.thresholds = (law.beta, law.gamma)
-        """Eq. 13's (β, γ) of this policy, sent so the router admits by them here."""
+        self._version_refused = False
 
     # ---- one epoch ----------------------------------------------------------------
 
@@ -151,19 +154,20 @@ class Daemon:
                 log.error("controller_rejected_snapshot", error=str(exc), epoch=self.epoch)
         if decision is None:
             pending = inputs.router.pending if inputs.router is not None else ()
-            why = "no-capacity" if capacity is None else "no-input"
+            why = Reason.NO_CAPACITY if capacity is None else Reason.NO_INPUT
             decision = ControlDecision(
                 epoch=self.epoch,
                 level=levels.count,
                 clock_mhz=levels.max_mhz,
+                reason=Reason.CONTROLLER_ERROR if snap is not None else why,
                 admit=tuple(a.agent_id for a in pending),
                 capacity_tokens=capacity or 0,
-                reason="controller-error" if snap is not None else why,
+                rule=self.controller.rule,
             )
         self.failsafe_reason = stale
         if stale is not None and decision.clock_mhz != levels.max_mhz:
             decision = _with_clock(decision, levels.count, levels.max_mhz)
-        reason = decision.reason if stale is None else f"failsafe-{stale}:{decision.reason}"
+        reason = decision.label if stale is None else f"failsafe-{stale}:{decision.label}"
         return decision, reason
 
     async def _post(self, decision: ControlDecision, fresh: bool) -> int:
@@ -176,33 +180,38 @@ class Daemon:
             daemon_id=self.daemon_id,
             daemon_start_unix_s=self.start_unix_s,
             epoch=decision.epoch,
-            admit=decision.admit,
-            defer_admissions=decision.defer_admissions,
-            capacity_tokens=decision.capacity_tokens or None,
-            clock_mhz=decision.clock_mhz,
-            boost=decision.boost,
-            valid_for_s=self.config.epoch_s * self.config.decision_valid_epochs,
             policy=self.controller.name,
-            admission_control=self.controller.admission_control,
-            report=decision.report,
-            # Observe mode cannot follow a cap: the router counts its power as fixed.
-            levels_mhz=self.controller.levels.clocks_mhz if self.backend.controls else (),
-            measured_power_w=measured_w,
-            measured_clock_mhz=measured_mhz,
-            min_throughput_tok_s=decision.min_throughput_tok_s,
-            energy_total_j=self.energy_total_j,
-            offload_tokens=decision.offload_tokens,
-            idle_after_s=self.idle_after_s,
-            evictable_after_s=self.evictable_after_s,
-            beta=self.thresholds[0],
-            gamma=self.thresholds[1],
+            valid_for_s=self.config.epoch_s * DECISION_VALID_EPOCHS,
+            admission=DecisionAdmission(
+                admit=decision.admit,
+                defer=decision.defer_admissions,
+                rule=decision.rule,
+                capacity_tokens=decision.capacity_tokens or None,
+                offload_tokens=decision.offload_tokens,
+            ),
+            clock=DecisionClock(
+                clock_mhz=decision.clock_mhz,
+                boost=decision.boost,
+                # Observe mode cannot follow a cap: the router counts its power as fixed.
+                levels_mhz=self.controller.levels.clocks_mhz if self.backend.controls else (),
+                min_throughput_tok_s=decision.min_throughput_tok_s,
+                report=decision.report,
+            ),
+            measured=Measurement(measured_w, measured_mhz, self.energy_total_j),
         )
         try:
             ack = await self.router.post_decision(msg)
+        except RouterVersionError as exc:
+            self.metrics.input_error("router_decision")
+            if not self._version_refused:  # once, not every epoch
+                log.error("router_speaks_another_wire_version", error=str(exc))
+            self._version_refused = True
+            return 0
         except InputError as exc:
             self.metrics.input_error("router_decision")
             log.warning("decision_not_delivered", error=str(exc), epoch=decision.epoch)
             return 0
+        self._version_refused = False
         self.last_ack = ack
         self.cap.take(ack, self.clock(), msg.valid_for_s, self.epoch)
         if not ack.accepted:

@@ -5,7 +5,7 @@ counting idle contexts the tier holds towards admission (docs/control-law.md,
 point 13): a context vLLM evicts comes back as a copy from host memory, not a
 recompute, so holding its agent back buys nothing. That changes what the daemon
 admits, so the log says when the daemon starts or stops counting on a tier, and
-whether this policy uses it (``kairos-paper``, the baselines and standalone mode
+whether this policy uses it (``kairos-alg1``, the baselines and standalone mode
 do not). Nothing is said while neither vLLM nor the configuration says.
 """
 
@@ -28,8 +28,8 @@ def tier_unused_reason(controller: Controller, standalone: bool) -> str | None:
     law = controller.kairos if isinstance(controller, PredictiveController) else controller
     if not isinstance(law, KairosController):
         return "this policy has no KAIROS admission: the tier is not used"
-    if not law.config.offload_aware:
-        return "this policy ignores the tier (offload_aware = false); policy kairos reads it"
+    if not law.rule.offload_aware:
+        return "this policy ignores the tier (as the paper's law does); policy kairos reads it"
     if standalone:
         return "standalone mode measures usage from vLLM: the tier is not used"
     return None

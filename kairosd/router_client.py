@@ -26,10 +26,10 @@ from urllib.parse import quote
 import aiohttp
 import structlog
 
-from kairos_common.errors import WireFormatError
+from kairos_common.errors import WireFormatError, WireVersionError
 from kairos_common.leader import RouterUrls, not_leader_hint
 from kairos_common.wire import API_PREFIX, AdmissionDecision, DecisionAck, InstanceState
-from kairosd.errors import RouterInputError
+from kairosd.errors import RouterInputError, RouterVersionError
 
 log = structlog.get_logger()
 
@@ -135,6 +135,10 @@ class RouterClient:
                         "daemon credential (credentials/daemon-NAME.token in the router's "
                         "state directory)"
                     )
+                if resp.status == 400:
+                    why = await _error_message(resp)
+                    kind = RouterVersionError if "wire version" in why else RouterInputError
+                    raise kind(f"{method} {url} answered HTTP 400: {why}")
                 if resp.status >= 500:
                     raw = await resp.read()
                     hint = not_leader_hint(resp.status, resp.headers, raw)
@@ -155,6 +159,8 @@ class RouterClient:
         obj = await self._json("GET", "/state")
         try:
             return InstanceState.from_json(obj)
+        except WireVersionError as exc:
+            raise RouterVersionError(f"instance state: {exc}") from exc
         except WireFormatError as exc:
             raise RouterInputError(f"malformed instance state: {exc}") from exc
 
@@ -162,5 +168,16 @@ class RouterClient:
         obj = await self._json("POST", "/decision", decision.to_json())
         try:
             return DecisionAck.from_json(obj)
+        except WireVersionError as exc:
+            raise RouterVersionError(f"decision ack: {exc}") from exc
         except WireFormatError as exc:
             raise RouterInputError(f"malformed decision ack: {exc}") from exc
+
+
+async def _error_message(resp: aiohttp.ClientResponse) -> str:
+    """The message of the router's error body (OpenAI style), else its status text."""
+    try:
+        body = await resp.json(content_type=None)
+        return str(body["error"]["message"])[:500]
+    except (aiohttp.ClientError, ValueError, KeyError, TypeError):
+        return resp.reason or "bad request"

@@ -56,4 +56,4 @@ async def build_controller(backend: GpuBackend, config: KairosdConfig) -> Contro
         num_levels=config.num_levels,
     )
     log.info("frequency_levels", clocks_mhz=list(levels.clocks_mhz), policy=config.policy)
-    return make_controller(config.policy, levels, config.kairos, config.predictive)
+    return make_controller(config.policy, levels, config.kairos, speedup=config.sim_speedup)

@@ -21,7 +21,13 @@ from aiohttp import web
 from controllers.types import AgentView
 from kairos_common.leader import not_leader_reply
 from kairos_common.simgpu import SIM_GPU_PREFIX, SimGpuState
-from kairos_common.wire import API_PREFIX, AdmissionDecision, DecisionAck, InstanceState
+from kairos_common.wire import (
+    API_PREFIX,
+    WIRE_VERSION,
+    AdmissionDecision,
+    DecisionAck,
+    InstanceState,
+)
 
 H100_LIKE_CLOCKS_MHZ = tuple(range(210, 1981, 15))
 
@@ -276,6 +282,9 @@ class FakeRouter(_Served):
     ``(daemon_start_unix_s, epoch)`` keys, and only agents still pending.
     ``down`` answers 503 to everything. ``clock_cap_mhz`` / ``budget_conflict``
     are put in every applied decision's ack, as a router with a fleet budget does.
+    ``wire_version``: the version the fake speaks; another than the daemon's makes
+    it refuse decisions with HTTP 400 and answer state of that version, as a router
+    of another release does.
     ``standby_of`` makes it a pair's standby: the ``not_leader`` 503 to everything,
     with ``X-Kairos-Leader`` naming that URL when it is not empty. ``calls``
     counts the requests it got.
@@ -291,6 +300,7 @@ class FakeRouter(_Served):
     acks: list[DecisionAck] = field(default_factory=list)
     clock_cap_mhz: int | None = None
     budget_conflict: bool = False
+    wire_version: int = WIRE_VERSION
     standby_of: str | None = None
     calls: int = 0
 
@@ -327,18 +337,26 @@ class FakeRouter(_Served):
             return refused
         if req.match_info["name"] != self.instance:
             return web.json_response({"error": "unknown instance"}, status=404)
-        return web.json_response(self.state().to_json())
+        return web.json_response({**self.state().to_json(), "version": self.wire_version})
 
     async def _decision(self, req: web.Request) -> web.Response:
         if (refused := self._unavailable()) is not None:
             return refused
-        decision = AdmissionDecision.from_json(await req.json())
+        body = await req.json()
+        if self.wire_version != WIRE_VERSION:
+            message = (
+                f"wire version {body.get('version')} is not supported: this side speaks "
+                f"version {self.wire_version} (upgrade the router, kairosd and id-tracker together)"
+            )
+            error = {"message": message, "code": "unsupported_wire_version"}
+            return web.json_response({"error": error}, status=400)
+        decision = AdmissionDecision.from_json(body)
         self.decisions.append(decision)
         if self._last_key is not None and decision.order_key <= self._last_key:
             ack = DecisionAck(accepted=False, reason="stale or duplicate")
         else:
             self._last_key = decision.order_key
-            admitted = [a for a in self.pending if a.agent_id in set(decision.admit)]
+            admitted = [a for a in self.pending if a.agent_id in set(decision.admission.admit)]
             self.pending = [a for a in self.pending if a not in admitted]
             self.ongoing.extend(admitted)
             ack = DecisionAck(

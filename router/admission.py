@@ -7,9 +7,9 @@ agent moves to any instance that would admit it now (:meth:`AdmissionService.reh
 after every daemon decision and maintenance round; admission source ``fleet``).
 Holding is for when no instance has room.
 
-Five sources of admission, all with the same thresholds per instance: those its
-daemon's decision carries (its policy's Eq. 13 ``β``, ``γ``) while it is fresh,
-else the router's ``[admission]`` ones:
+Five sources of admission, all with the same rule per instance: the one its
+daemon's decision carries (its policy's whole :class:`~kairos_common.views.AdmissionRule`)
+while it is fresh, else the rule of the router's ``policy``:
 
 * **daemon** — the instance's ``kairosd`` posts versioned decisions; they are
   applied only in increasing ``(daemon_start_unix_s, epoch)`` order, and only to
@@ -37,12 +37,12 @@ avoidance is possible without ``U_max``.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from collections.abc import Callable, Collection, Iterable
 
 import structlog
 
 from controllers.admission import (
+    AdmissionRule,
     HeldAgent,
     InstanceGate,
     Move,
@@ -53,7 +53,6 @@ from controllers.admission import (
     new_agent_tokens,
     rehome_held,
 )
-from controllers.kairos import KairosController
 from controllers.placement import Consolidating, PlacementPolicy
 from controllers.room import IdleAgent, idle_agents, make_room
 from kairos_common.wire import AdmissionDecision, DecisionAck, InstanceState
@@ -74,7 +73,7 @@ class AdmissionService:
         self,
         pool: InstancePool,
         ledger: Ledger,
-        controller: KairosController,
+        rule: AdmissionRule,
         settings: AdmissionSettings,
         metrics: RouterMetrics,
         clock: Callable[[], float],
@@ -82,15 +81,15 @@ class AdmissionService:
         policy: PlacementPolicy | None = None,
         body_tokens: BytesPerToken | None = None,
     ) -> None:
-        """``policy`` places held agents that move (the router's placement policy)."""
+        """``rule`` is the fleet's: the rule of the router's ``policy``, which applies
+        on an instance whose daemon is stale or absent; ``policy`` places held
+        agents that move (the router's placement policy)."""
         self.observations = observations or ObservationLog()
         self.policy: PlacementPolicy = policy or Consolidating()
-        rule = controller.config.admission_rule
-        self.rule = dataclasses.replace(rule, enabled=rule.enabled and settings.enabled)
+        self.rule = rule
         self._moves = 0
         self.pool = pool
         self.ledger = ledger
-        self.controller = controller
         self.settings = settings
         self.body_tokens = body_tokens or BytesPerToken()
         self.metrics = metrics
@@ -127,30 +126,31 @@ class AdmissionService:
     # -- the rule -----------------------------------------------------------------------
 
     def gate(self, inst: Instance) -> InstanceGate:
-        """What fleet admission sees of ``inst`` (its daemon's latest valid decision
-        overrides the router's own view: no admission control, defer, a CPU KV
-        tier whose idle contexts need no room, or its policy's Eq. 13 thresholds)."""
+        """What fleet admission sees of ``inst``: while its daemon's latest decision
+        is valid, that decision's rule (its policy's, whole), its defer and the CPU
+        KV tier it read; else the fleet's rule over every context."""
         now = self.clock()
-        fresh = inst.daemon_fresh(now)
+        rule = inst.decision_rule if inst.daemon_fresh(now) else None
         q = self.queues.get(inst.name)
-        resident, evictable = self._admission_tokens(inst, now) if fresh else (None, 0)
+        resident, evictable = (None, 0) if rule is None else self._admission_tokens(inst, rule, now)
         return InstanceGate(
             self.ledger.load_of(inst.name, inst.index, inst.capacity_tokens),
             held=len(q) if q else 0,
-            defer=fresh and inst.decision_defer,
-            admission_control=not fresh or inst.decision_admission_control,
+            defer=rule is not None and inst.decision_defer,
             resident_tokens=resident,
             evictable_tokens=evictable,
-            thresholds=inst.decision_thresholds if fresh else None,
+            rule=rule,
         )
 
-    def _admission_tokens(self, inst: Instance, now_s: float) -> tuple[int | None, int]:
-        """``(resident, evictable)`` by the daemon's law and windows
-        (docs/control-law.md, points 13–14): ``U`` less the evictable contexts and
-        the idle ones the instance's CPU KV tier holds (None when that law counts
-        every context), and the evictable contexts alone. Only while the daemon is
-        fresh: a stale one may describe a vLLM since restarted, and the local
-        fallback then holds as the paper does."""
+    def _admission_tokens(
+        self, inst: Instance, rule: AdmissionRule, now_s: float
+    ) -> tuple[int | None, int]:
+        """``(resident, evictable)`` by the daemon's rule (docs/control-law.md,
+        points 13–14): ``U`` less the evictable contexts and the idle ones the
+        instance's CPU KV tier holds (None when that rule counts every context),
+        and the evictable contexts alone. Only while the daemon is fresh: a stale
+        one may describe a vLLM since restarted, and the local fallback then holds
+        by the fleet's rule over every context."""
         ledger = self.ledger
         weighed = admission_tokens(
             (
@@ -158,9 +158,9 @@ class AdmissionService:
                 for a in ledger.ongoing(inst.name)
             ),
             now_s,
-            inst.decision_idle_after_s,
-            inst.decision_evictable_after_s,
-            inst.decision_offload_tokens,
+            rule.idle_after_s,
+            rule.evictable_after_s,
+            inst.decision_offload_tokens if rule.offload_aware else 0,
         )
         return (None, 0) if weighed is None else weighed
 
@@ -181,12 +181,12 @@ class AdmissionService:
         agents = list(agents)
         gate = self.gate(inst)
         cap = gate.load.capacity_tokens
-        if not gate.admission_control or not self.rule.enabled or not cap:
+        rule = gate.rule_here(self.rule)
+        if not rule.enabled or not cap:
             return tuple(a.agent_id for a in agents)
         if gate.defer:
             return ()
         sizes = ((a.agent_id, self.ledger.context_of(a)) for a in agents)
-        rule = gate.rule_here(self.rule)
         admitted, _ = admit_in_order(sizes, gate.admission_usage_tokens, cap, rule)
         return admitted
 
@@ -252,6 +252,7 @@ class AdmissionService:
         fresh = inst.daemon_fresh(now_s)
         if fresh and inst.decision_offload_tokens > 0:
             return []
+        rule = inst.decision_rule or self.rule
         ledger = self.ledger
         return idle_agents(
             inst.name,
@@ -260,8 +261,8 @@ class AdmissionService:
                 for a in ledger.ongoing(inst.name)
             ),
             now_s,
-            inst.decision_idle_after_s,
-            inst.decision_evictable_after_s if fresh else None,
+            rule.idle_after_s,
+            rule.evictable_after_s if fresh else None,
         )
 
     def _admit(
@@ -444,23 +445,18 @@ class AdmissionService:
         inst.decision_key = key
         valid_s = self.settings.stale_after_s or decision.valid_for_s
         inst.decision_valid_until_s = now + valid_s
-        inst.decision_defer = decision.defer_admissions
-        inst.decision_admission_control = decision.admission_control
-        inst.decision_offload_tokens = decision.offload_tokens
-        inst.decision_idle_after_s = decision.idle_after_s
-        inst.decision_evictable_after_s = decision.evictable_after_s
-        inst.decision_thresholds = (
-            None if decision.beta is None or decision.gamma is None
-            else (decision.beta, decision.gamma)
-        )  # fmt: skip
+        adm = decision.admission
+        inst.decision_defer = adm.defer
+        inst.decision_rule = adm.rule
+        inst.decision_offload_tokens = adm.offload_tokens
         inst.daemon_id = decision.daemon_id
-        inst.clock_mhz = decision.clock_mhz
-        inst.boost = decision.boost
-        if decision.capacity_tokens:
-            inst.daemon_capacity_tokens = decision.capacity_tokens
+        inst.clock_mhz = decision.clock.clock_mhz
+        inst.boost = decision.clock.boost
+        if adm.capacity_tokens:
+            inst.daemon_capacity_tokens = adm.capacity_tokens
         q = self.queue(inst.name)
         admitted: list[str] = []
-        for agent_id in decision.admit:
+        for agent_id in adm.admit:
             agent = self.ledger.get(agent_id)
             if agent is None or agent_id not in q or agent.instance != inst.name:
                 continue

@@ -33,7 +33,7 @@ from kairos_common.credentials import DAEMON_KEY_FILE, read_credential, safe_ins
 from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 from router.app import create_app, make_runner, publish_credentials, raise_nofile_limit
-from router.config import ENV_PREFIX, RouterConfig
+from router.config import ENV_PREFIX, RETIRED, RouterConfig
 from router.errors import RouterError
 from router.secrets_store import derive_daemon_token
 
@@ -171,7 +171,9 @@ def run(
         overrides["admission"] = {"capacity_tokens": capacity_tokens}
     try:
         check_log_level(log_level)
-        cfg = load_config(RouterConfig, path=config, env_prefix=ENV_PREFIX, overrides=overrides)
+        cfg = load_config(
+            RouterConfig, path=config, env_prefix=ENV_PREFIX, overrides=overrides, retired=RETIRED
+        )
         if not cfg.backends:
             raise ConfigError("no backend: pass --backend URL or set backends in the config")
         check_can_listen(cfg.host, cfg.port, "--port")

@@ -1,7 +1,12 @@
 """Router configuration schema (TOML ``[sections]`` + env ``KAIROS_ROUTER_*`` + flags).
 
-Loaded with :func:`kairos_common.config.load_config`; every constant of the
-paper's Algorithms 1–3 the router uses is a field here with the paper's default.
+Loaded with :func:`kairos_common.config.load_config`. The operator states intents
+(the policy its daemons run, the placement policy, τ, the power budget),
+addresses, credentials, limits and the timeouts a deployment may need to change.
+The constants of Algorithms 2–3, of the fleet budget, of energy attribution and
+of the router's own robustness are fields marked :data:`~kairos_common.config.CODE_ONLY`:
+tests and research set them in code, a file or variable that sets one is an
+error. Removed keys are errors naming what replaced them (:data:`RETIRED`).
 """
 
 from __future__ import annotations
@@ -11,12 +16,17 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from controllers.confident_placement import ConfidentReassignmentConfig
 from controllers.energy_attribution import WorkWeights
-from controllers.registry import PLACEMENT_NAMES
+from controllers.errors import ControllerError, UnknownPolicyError
+from controllers.policy import Intents
+from controllers.registry import PLACEMENT_NAMES, policy_spec, rule_for
+from controllers.types import AdmissionRule
 from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
+from kairos_common.config import CODE_ONLY, NOTES
 from kairos_common.errors import ConfigError, IdentityError
 from kairos_common.identity import check_cell
 
@@ -24,29 +34,46 @@ ENV_PREFIX = "KAIROS_ROUTER"
 MIB = 1024 * 1024
 _CONFIDENT = ConfidentReassignmentConfig()
 _WEIGHTS = WorkWeights()
+_NOW_LAW = "a departure measured and kept: it is the law now, with no switch"
+RETIRED: dict[str, str] = {
+    "placement.relieve_overflow": f"{_NOW_LAW} (docs/control-law.md point 10)",
+    "placement.balancing_moves_only": f"measured and not adopted ({NOTES})",
+    "admission.enabled": 'choose policy = "kairos-no-ta" (or a baseline) to admit everyone',
+    "admission.new_agent_context_tokens": "a constant of the law (point 1: 3000 tokens)",
+    "admission.admit_within_beta": f"{_NOW_LAW} (point 3)",
+    "admission.make_room": f"{_NOW_LAW} (point 15)",
+    "admission.hold_overflow": f"{_NOW_LAW} (point 16)",
+}
+"""Keys operators could set before the law became a list of stages (issue 58), and
+what replaced each; a file or variable that sets one is an error saying so."""
+
+
+def _code(default: Any) -> Any:
+    """A field that is a constant of the code (``CODE_ONLY``), with its default."""
+    return field(default=default, metadata=CODE_ONLY)
 
 
 @dataclass(frozen=True)
 class PlacementSettings:
-    """Algorithm 2/3 constants, and the ``confident`` policy's reassignment knobs.
-
-    ``hot``, ``cool``, ``recompute_factor`` and ``confirm`` only matter with
-    ``policy = "confident"`` (``controllers.confident_placement``); they default to
-    the simulator's values so a policy tuned there behaves the same here. Its
-    reassignment interval is ``reassign_interval_requests``.
+    """The placement policy by name and Algorithm 2's θ_cons; Algorithm 3's
+    constants and the ``confident`` policy's are constants of the code, with the
+    simulator's values, so a policy measured there behaves the same here (``hot``,
+    ``cool``, ``recompute_factor`` and ``confirm`` only matter with
+    ``policy = "confident"``, whose reassignment interval is
+    ``reassign_interval_requests``).
     """
 
     policy: str = "consolidating"
     theta_cons: float = 0.5
-    reassign: bool = True
-    reassign_interval_requests: int = 8
-    rho: float = 2.0
-    relieve_overflow: bool = True
-    balancing_moves_only: bool = False
-    hot: float = _CONFIDENT.hot
-    cool: float = _CONFIDENT.cool
-    recompute_factor: float = _CONFIDENT.recompute_factor
-    confirm: int = _CONFIDENT.confirm
+    """Algorithm 2's θ_cons: how full (of ``U_max``) the lowest instances get before
+    the next one takes new agents."""
+    reassign: bool = _code(True)
+    reassign_interval_requests: int = _code(8)
+    rho: float = _code(2.0)
+    hot: float = _code(_CONFIDENT.hot)
+    cool: float = _code(_CONFIDENT.cool)
+    recompute_factor: float = _code(_CONFIDENT.recompute_factor)
+    confirm: int = _code(_CONFIDENT.confirm)
 
     def __post_init__(self) -> None:
         if self.policy not in PLACEMENT_NAMES:
@@ -84,32 +111,25 @@ class PlacementSettings:
 
 @dataclass(frozen=True)
 class AdmissionSettings:
-    """Hold queue bounds and the local fallback's thresholds (Eq. 13)."""
+    """Hold queue bounds, the fallback capacity and the model's length, and Eq. 13's
+    thresholds as the operator states them for the router's own rule.
 
-    enabled: bool = True
-    beta: float = 0.98
-    gamma: float = 0.95
-    """Eq. 13's thresholds where no fresh daemon decision carries its own (no daemon,
-    a stale or an old one): the default ``kairos``'s (docs/control-law.md, point
-    18). A fresh decision's ``beta`` / ``gamma`` (a ``kairos-paper`` daemon sends the
-    paper's 0.95 and 0.90) override them on its instance."""
-    new_agent_context_tokens: int = 3000
-    admit_within_beta: bool = True
-    make_room: bool = True
-    """Move idle agents off an instance so that a held agent fits there when the
-    fleet's free room is split between instances (docs/control-law.md, point 15)."""
-    hold_overflow: bool = True
-    """Hold an admitted agent's request that would overflow its instance's KV cache
-    beside the running requests, when no other instance has room for it, instead of
-    letting vLLM preempt (docs/control-law.md, point 16)."""
-    max_pending_agents: int = 1024
+    The rule itself is the daemons' policy's (``RouterConfig.policy``), carried
+    whole in every fresh decision; where a daemon is stale or absent the router
+    applies that policy's rule with ``beta`` / ``gamma`` if set (the same intents as
+    ``kairosd``'s ``[kairos] beta`` / ``gamma``; unset: the policy's own)."""
+
+    beta: float | None = None
+    gamma: float | None = None
+    max_pending_agents: int = _code(1024)
     max_wait_s: float = 600.0
-    retry_after_s: float = 5.0
-    requeue_grace_s: float = 60.0
+    retry_after_s: float = _code(5.0)
+    requeue_grace_s: float = _code(60.0)
     """An agent whose last held request gave up (timeout, client gone) keeps its
     place in line if it comes back within this many seconds."""
     capacity_tokens: int | None = None
-    stale_after_s: float | None = None
+    stale_after_s: float | None = _code(None)
+    """Overrides each decision's own validity (tests)."""
     max_model_len_tokens: int | None = None
     """Bound on a newcomer's size estimate (its first body's bytes over the bytes
     a token learned from earlier agents, router/token_ratio.py); unset: the
@@ -131,11 +151,11 @@ class FleetBudgetSettings:
     """
 
     cap_w: float | None = None
-    margin: float = 0.1
+    margin: float = _code(0.1)
     """Lowering an instance is SLO-safe while its predicted slack stays ≥ this."""
-    quantile: float = 0.95
+    quantile: float = _code(0.95)
     """Fraction of rounds whose measured fleet power should stay under the cap."""
-    correction_gain: float = 1.0
+    correction_gain: float = _code(1.0)
     """Headroom step per round, in % of the cap."""
 
     def __post_init__(self) -> None:
@@ -184,20 +204,25 @@ class EnergyWeightSettings:
 
 @dataclass(frozen=True)
 class TimeoutSettings:
-    connect_s: float = 5.0
+    """How long the router waits on a backend's first byte and between streamed
+    chunks (operator settings: a deployment with very long prompts may need a later
+    first byte), and the constants of its connections, health checks, circuit
+    breaker and slow-client limits (code)."""
+
+    connect_s: float = _code(5.0)
     first_byte_s: float = 900.0
     idle_stream_s: float = 300.0
-    health_interval_s: float = 5.0
-    health_timeout_s: float = 2.0
-    unhealthy_after_failures: int = 2
-    metrics_interval_s: float = 30.0
-    header_read_s: float = 30.0
+    health_interval_s: float = _code(5.0)
+    health_timeout_s: float = _code(2.0)
+    unhealthy_after_failures: int = _code(2)
+    metrics_interval_s: float = _code(30.0)
+    header_read_s: float = _code(30.0)
     """A connection must send its request headers within this (also the keep-alive idle)."""
-    body_read_s: float = 60.0
+    body_read_s: float = _code(60.0)
     """A request body must arrive within this (a trickling client gets 408)."""
-    breaker_failures: int = 3
+    breaker_failures: int = _code(3)
     """Consecutive timeouts/5xx that open an instance's circuit breaker."""
-    breaker_open_s: float = 30.0
+    breaker_open_s: float = _code(30.0)
     """How long an open breaker keeps new requests away before one trial request."""
 
 
@@ -209,6 +234,10 @@ class RouterConfig:
     """Everything ``kairos-router run`` needs; see ``docs/router.md``."""
 
     backends: tuple[str, ...] = ()
+    policy: str = "kairos"
+    """The per-instance policy the daemons run (``kairosd`` ``policy``): the router
+    admits by its rule on an instance whose daemon is stale or absent. A fresh
+    decision carries its daemon's own rule, which the router applies there."""
     host: str = "127.0.0.1"
     port: int = 24157
     state_dir: Path | None = None
@@ -223,47 +252,52 @@ class RouterConfig:
     """Label written into every agent record (``run``), like ``kairosd --run``, so
     ``kairos report`` groups a deployment's router and daemon records together."""
     anonymous: str = "one-turn"
-    identity_header: str = "X-Kairos-Agent"
+    identity_header: str = _code("X-Kairos-Agent")
     idle_expiry_s: float = 1800.0
-    conversation_window_s: float = 300.0
+    conversation_window_s: float = _code(300.0)
     """How long a conversation of an agent that has gone quiet still counts in its
     ``C_a`` beside the others (router/conversations.py): a harness's sub-agents
     and side requests share the agent's identity, and the parent's conversation
     waits minutes for its sub-agents. 0: only conversations with a request in
     flight count beside the latest."""
     slo_tok_s: float = 20.0
-    max_body_bytes: int = 32 * MIB
-    max_attempts: int = 3
-    max_connections: int = 10_000
+    max_body_bytes: int = _code(32 * MIB)
+    max_attempts: int = _code(3)
+    max_connections: int = _code(10_000)
     """Inbound connections beyond this are answered 503 and closed at once."""
-    max_waiting_per_agent: int = 8
+    max_waiting_per_agent: int = _code(8)
     """Requests one agent may have waiting for admission; more get 429."""
     log_level: str = "info"
     log_json: bool | None = None
-    event_loop: str = "auto"
+    event_loop: str = _code("auto")
     """``auto`` (uvloop when installed: ``pip install 'kairos-sidecar[fast]'``),
     ``uvloop`` (required) or ``asyncio`` (the standard library's loop)."""
-    fast_http: bool = True
+    fast_http: bool = _code(True)
     """Serve the inference routes on the router's own HTTP/1.1 protocol
     (``router/fast_http.py``); false: aiohttp's server takes every request."""
     placement: PlacementSettings = field(default_factory=PlacementSettings)
     admission: AdmissionSettings = field(default_factory=AdmissionSettings)
     timeouts: TimeoutSettings = field(default_factory=TimeoutSettings)
     fleet_budget: FleetBudgetSettings = field(default_factory=FleetBudgetSettings)
-    energy_idle_power_w: float | None = None
+    energy_idle_power_w: float | None = _code(None)
     """Idle draw of one instance's GPUs (W), left unattributed by energy per agent
     (docs/energy.md); unset: learned from intervals in which an instance did nothing."""
-    energy_weights: EnergyWeightSettings = field(default_factory=EnergyWeightSettings)
+    energy_weights: EnergyWeightSettings = field(
+        default_factory=EnergyWeightSettings, metadata=CODE_ONLY
+    )
+    """The built-in weights are a MoE model's (Qwen3-30B-A3B); a deployment serving
+    another model sets them in code (docs/energy.md, "Weights for your model")."""
     cell: str | None = None
     """The cell this router serves in a fleet split into cells (docs/cells.md): its
     agent ids carry it (``<cell>_<hex>``), a front balancer routes each agent's
     requests by it, and an identity of another cell is refused (421). Unset: no
     cell, ids as before."""
-    cell_start_reserve_s: float = 60.0
+    cell_start_reserve_s: float = _code(60.0)
     """How long an agent started here counts towards the cell's room
     (``GET /health/room``) before its first request places it: the time an agent
     program may take to start up. Agents started longer ago and still silent no
-    longer reserve room."""
+    longer reserve room. A constant of the code, like the hold queue's
+    ``requeue_grace_s`` (docs/notes/configuration.md)."""
     store: str = "sqlite"
     """Where the state lives: ``sqlite`` (a file in ``state_dir``, one router) or
     ``redis://HOST:PORT/DB`` (shared by routers that elect a leader; docs/scale-out.md)."""
@@ -275,11 +309,13 @@ class RouterConfig:
     leader_lease_s: float = 2.0
     """Redis store: the leader's lease. A standby takes over at most this long after
     the leader stops renewing (plus a poll of an eighth of it)."""
-    store_flush_interval_s: float = 0.1
+    store_flush_interval_s: float = _code(0.1)
     """Redis store: how often the leader writes what changed (the hot path never
-    waits on Redis; a takeover loses at most this much of the latest changes)."""
-    store_timeout_s: float = 0.5
-    """Redis store: a command that takes longer counts as Redis unreachable."""
+    waits on Redis; a takeover loses at most this much of the latest changes).
+    A constant of the code (docs/notes/configuration.md)."""
+    store_timeout_s: float = _code(0.5)
+    """Redis store: a command that takes longer counts as Redis unreachable.
+    A constant of the code (docs/notes/configuration.md)."""
 
     def __post_init__(self) -> None:
         if self.cell is not None:
@@ -307,11 +343,25 @@ class RouterConfig:
             raise ConfigError(f"conversation_window_s must be 0..86400 s, got {window}")
         check_port(self.port, "port")
         check_slo(self.slo_tok_s, "slo_tok_s")
+        try:
+            policy_spec(self.policy)
+        except UnknownPolicyError as exc:
+            raise ConfigError(f"policy: {exc}") from None
+        try:
+            self.rule()
+        except ControllerError as exc:
+            raise ConfigError(f"admission: {exc}") from None
         check_log_level(self.log_level, "log_level")
         self._check_store()
         idle = self.energy_idle_power_w
         if idle is not None and not (math.isfinite(idle) and 0 <= idle <= 1e6):
             raise ConfigError("energy_idle_power_w must be a power in W (0..1e6) or unset")
+
+    def rule(self) -> AdmissionRule:
+        """The router's own admission rule: its ``policy``'s, with the operator's
+        β / γ (applied where a daemon's decision is stale or absent)."""
+        adm = self.admission
+        return rule_for(self.policy, Intents(beta=adm.beta, gamma=adm.gamma))
 
     @property
     def shared_store(self) -> bool:

@@ -16,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kairos_common.errors import WireFormatError
+from kairos_common.errors import WireFormatError, WireVersionError
 from kairos_common.identity import end_key_matches
 from kairos_common.wire import (
     API_PREFIX,
@@ -36,6 +36,7 @@ from router.errors import (
     ForbiddenError,
     NotLeaderError,
     StateStoreError,
+    UnsupportedWireVersionError,
 )
 from router.fleet_budget import FleetBudgetService
 from router.instances import InstancePool
@@ -60,6 +61,14 @@ async def read_json_object(request: web.Request, read_timeout_s: float = 10.0) -
     if not isinstance(obj, dict):
         raise BadRequestError("body must be a JSON object")
     return obj
+
+
+def _bad_message(exc: WireFormatError) -> BadRequestError:
+    """HTTP 400 for a malformed message; one of another wire version says which
+    version this router speaks (code ``unsupported_wire_version``)."""
+    if isinstance(exc, WireVersionError):
+        return UnsupportedWireVersionError(str(exc))
+    return BadRequestError(str(exc))
 
 
 class ControlApi:
@@ -128,7 +137,7 @@ class ControlApi:
         try:
             msg = AgentStart.from_json(await read_json_object(request))
         except WireFormatError as exc:
-            raise BadRequestError(str(exc)) from None
+            raise _bad_message(exc) from None
         started = self._agents.start(msg)
         await self._durable()
         return web.json_response(started.to_json())
@@ -139,7 +148,7 @@ class ControlApi:
             obj = await read_json_object(request)
             msg = AgentEnd.from_json(obj or {"exit_code": 0})
         except WireFormatError as exc:
-            raise BadRequestError(str(exc)) from None
+            raise _bad_message(exc) from None
         agent_id = request.match_info["agent_id"]
         self._cell_guard.check(agent_id)  # 421, not a 404 a misrouted end would take as done
         # Every id-tracker holds the lifecycle credential; only the one that started
@@ -204,7 +213,7 @@ class ControlApi:
         try:
             decision = AdmissionDecision.from_json(await read_json_object(request))
         except WireFormatError as exc:
-            raise BadRequestError(str(exc)) from None
+            raise _bad_message(exc) from None
         if decision.daemon_start_unix_s > self._wall_clock() + FUTURE_SKEW_S:
             # Decisions apply in (start, epoch) order: a start in the future would
             # make every later decision of the real daemon look stale.

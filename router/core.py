@@ -21,8 +21,7 @@ from collections.abc import Callable
 
 import structlog
 
-from controllers.frequency import FrequencyLevels
-from controllers.kairos import KairosConfig, KairosController
+from controllers.epoch import NEW_AGENT_CONTEXT_TOKENS
 from controllers.registry import make_placement_policy
 from reporting.records import AgentRecord, JsonlWriter, Record
 from router.admission import AdmissionService
@@ -64,25 +63,14 @@ class RouterCore:
         self.pool = InstancePool(adm.capacity_tokens)
         for index, spec in enumerate(config.backends):
             self.pool.add(*parse_backend(spec, index))
-        self.ledger = Ledger(adm.new_agent_context_tokens, clock, config.conversation_window_s)
+        self.ledger = Ledger(NEW_AGENT_CONTEXT_TOKENS, clock, config.conversation_window_s)
         self.body_tokens = BytesPerToken()
         self.metrics.body_bytes_per_token.set_function(lambda: self.body_tokens.value)
         self.observations = ObservationLog()
-        controller = KairosController(
-            FrequencyLevels((1,)),
-            KairosConfig(
-                beta=adm.beta,
-                gamma=min(adm.gamma, adm.beta),
-                new_agent_context_tokens=adm.new_agent_context_tokens,
-                admit_within_beta=adm.admit_within_beta,
-                make_room=adm.make_room,
-                hold_overflow=adm.hold_overflow,
-            ),
-        )
         self.admission = AdmissionService(
             self.pool,
             self.ledger,
-            controller,
+            config.rule(),
             adm,
             self.metrics,
             clock,

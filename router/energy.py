@@ -140,7 +140,7 @@ class EnergyService:
     ) -> None:
         """Close an interval of ``instance`` if its daemon's energy counter advanced
         (``in_flight_since_s``: start of its oldest request in flight, None if none)."""
-        total = decision.energy_total_j
+        total = decision.measured.energy_total_j
         if total is None:
             return
         now = self.clock()

@@ -41,6 +41,13 @@ class BadRequestError(RouterError):
     err_type = "invalid_request_error"
 
 
+class UnsupportedWireVersionError(BadRequestError):
+    """A control message of a ``/kairos/v1`` wire version this router does not speak;
+    the message names the version it does (kairos_common.wire.SUPPORTED_VERSIONS)."""
+
+    code = "unsupported_wire_version"
+
+
 class AuthenticationError(RouterError):
     status = 401
     code = "invalid_api_key"

@@ -40,6 +40,7 @@ import structlog
 
 from controllers.fleet_budget import BudgetOutcome, FleetBudget, FleetBudgetConfig, InstancePower
 from controllers.frequency import FrequencyLevels
+from controllers.reason import Reason
 from controllers.types import ControlDecision
 from kairos_common.wire import AdmissionDecision
 from router.config import FleetBudgetSettings
@@ -61,24 +62,24 @@ class _View:
 
     @property
     def controllable(self) -> bool:
-        d = self.decision
-        return bool(d.levels_mhz) and d.clock_mhz is not None
+        c = self.decision.clock
+        return bool(c.levels_mhz) and c.clock_mhz is not None
 
     def power(self, name: str) -> InstancePower:
-        d = self.decision
-        levels = FrequencyLevels(d.levels_mhz)
-        clock = d.clock_mhz if d.clock_mhz is not None else levels.max_mhz
+        d, c, m = self.decision, self.decision.clock, self.decision.measured
+        levels = FrequencyLevels(c.levels_mhz)
+        clock = c.clock_mhz if c.clock_mhz is not None else levels.max_mhz
         level = levels.level_of(clock)
         decision = ControlDecision(
             epoch=d.epoch,
             level=level,
             clock_mhz=levels.clock_of(level),
-            boost=d.boost,
-            min_throughput_tok_s=d.min_throughput_tok_s,
-            reason="daemon",
-            report=d.report,
+            reason=Reason.DAEMON,
+            boost=c.boost,
+            min_throughput_tok_s=c.min_throughput_tok_s,
+            report=c.report,
         )
-        return InstancePower(name, levels, decision, d.measured_power_w, d.measured_clock_mhz)
+        return InstancePower(name, levels, decision, m.power_w, m.clock_mhz)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,14 +161,14 @@ class FleetBudgetService:
     # -------------------------------------------------------------- a round
     def _reserve_w(self, view: _View, fresh: bool) -> float | None:
         """Power counted for an instance the budget cannot lower (None: unknown)."""
-        d = view.decision
-        if d.measured_power_w is None:
+        m, levels = view.decision.measured, view.decision.clock.levels_mhz
+        if m.power_w is None:
             return None
-        if fresh or not d.measured_clock_mhz:
-            return d.measured_power_w
-        top = max(d.levels_mhz) if d.levels_mhz else d.measured_clock_mhz
-        ratio = self.budget.shape(top) / self.budget.shape(d.measured_clock_mhz)
-        return d.measured_power_w * max(ratio, 1.0)
+        if fresh or not m.clock_mhz:
+            return m.power_w
+        top = max(levels) if levels else m.clock_mhz
+        ratio = self.budget.shape(top) / self.budget.shape(m.clock_mhz)
+        return m.power_w * max(ratio, 1.0)
 
     def _allocate(self, now: float) -> None:
         controllable: list[InstancePower] = []
@@ -236,9 +237,9 @@ class FleetBudgetService:
     def measured_power_w(self) -> float | None:
         """Sum of every known instance's last reported epoch power (None: none yet)."""
         powers = [
-            v.decision.measured_power_w
+            v.decision.measured.power_w
             for v in self._views.values()
-            if v.decision.measured_power_w is not None
+            if v.decision.measured.power_w is not None
         ]
         return sum(powers) if powers else None
 
@@ -282,9 +283,9 @@ class FleetBudgetService:
         return {
             "kind": last.kinds.get(name, "pending") if last else "pending",
             "fresh": view.fresh(now),
-            "decided_clock_mhz": d.clock_mhz,
+            "decided_clock_mhz": d.clock.clock_mhz,
             "clock_cap_mhz": last.caps_mhz.get(name) if last else None,
-            "measured_power_w": d.measured_power_w,
-            "measured_clock_mhz": d.measured_clock_mhz,
+            "measured_power_w": d.measured.power_w,
+            "measured_clock_mhz": d.measured.clock_mhz,
             "predicted_power_w": last.predicted_w.get(name) if last else None,
         }

@@ -9,9 +9,13 @@ from (in order of preference) the instance's daemon decision, the backend's
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from urllib.parse import urlsplit
 
+from kairos_common.errors import WireFormatError
+from kairos_common.views import AdmissionRule
+from kairos_common.wire import WIRE_VERSION
+from kairos_common.wire_views import rule_from_json, rule_to_json
 from router.errors import BadRequestError, NotFoundError
 
 
@@ -32,15 +36,11 @@ class Instance:
     decision_key: tuple[float, int] | None = None
     decision_valid_until_s: float = 0.0
     decision_defer: bool = False
-    decision_admission_control: bool = True
+    decision_rule: AdmissionRule | None = None
+    """The admission rule the daemon's last decision carried (its policy's, whole);
+    applied on this instance while the decision is fresh. None: no decision yet."""
     decision_offload_tokens: int = 0
     """The instance's CPU KV tier as its daemon last reported it (0: none)."""
-    decision_idle_after_s: float = 10.0
-    """The daemon's activity window: no request for this long is idle."""
-    decision_evictable_after_s: float | None = None
-    """The daemon's eviction window: idle this long holds no room (None: off)."""
-    decision_thresholds: tuple[float, float] | None = None
-    """Eq. 13's (β, γ) of the daemon's policy (None: the router's own)."""
     daemon_id: str | None = None
     clock_mhz: int | None = None
     boost: bool = False
@@ -91,10 +91,7 @@ class Instance:
             "models": list(self.served_models),
             "defer_admissions": self.decision_defer,
             "offload_tokens": self.decision_offload_tokens,
-            "evictable_after_s": self.decision_evictable_after_s,
-            "admission_thresholds": (
-                None if self.decision_thresholds is None else list(self.decision_thresholds)
-            ),
+            "admission_rule": None if self.decision_rule is None else asdict(self.decision_rule),
         }
 
 
@@ -103,10 +100,7 @@ _SHARED_FIELDS = (
     "metrics_capacity_tokens",
     "daemon_capacity_tokens",
     "decision_defer",
-    "decision_admission_control",
     "decision_offload_tokens",
-    "decision_idle_after_s",
-    "decision_evictable_after_s",
     "daemon_id",
     "clock_mhz",
     "boost",
@@ -122,41 +116,64 @@ def shared_state(inst: Instance) -> tuple[object, ...]:
         *(getattr(inst, f) for f in _SHARED_FIELDS),
         inst.decision_key,
         inst.decision_valid_until_s,
-        inst.decision_thresholds,
+        inst.decision_rule,
         inst.served_models,
     )
 
 
 def state_to_json(inst: Instance, now_s: float, now_unix_s: float) -> dict[str, object]:
-    """The registry entry of ``inst`` (the decision's validity as a wall-clock time)."""
+    """The registry entry of ``inst`` (the decision's validity as a wall-clock time).
+
+    The decision's admission rule is written in the wire's form
+    (:func:`kairos_common.wire_views.rule_to_json`) and the entry names the wire
+    version, so a router of another release taking over ignores a decision it
+    would read differently rather than misapplying it."""
     entry: dict[str, object] = {f: getattr(inst, f) for f in _SHARED_FIELDS}
+    entry["version"] = WIRE_VERSION
     entry["url"] = inst.base_url
     entry["decision_key"] = None if inst.decision_key is None else list(inst.decision_key)
     entry["decision_valid_until_unix_s"] = now_unix_s + (inst.decision_valid_until_s - now_s)
-    thresholds = inst.decision_thresholds
-    entry["decision_thresholds"] = None if thresholds is None else list(thresholds)
+    rule = inst.decision_rule
+    entry["decision_rule"] = None if rule is None else rule_to_json(rule)
     entry["served_models"] = list(inst.served_models)
     return entry
 
 
 def apply_state(inst: Instance, entry: dict[str, object], now_s: float, now_unix_s: float) -> None:
     """Take over a registry entry written by :func:`state_to_json` (bad fields are
-    skipped: a half-understood entry must not stop a takeover)."""
+    skipped: a half-understood entry must not stop a takeover).
+
+    An entry of another wire version, or whose rule does not parse, leaves the
+    instance with no decision: the router's own rule applies to it until its
+    daemon's next decision (within an epoch)."""
     for f in _SHARED_FIELDS:
         if f in entry:
             setattr(inst, f, entry[f])
-    key = entry.get("decision_key")
-    if isinstance(key, list) and len(key) == 2:
-        inst.decision_key = (float(key[0]), int(key[1]))
-    until = entry.get("decision_valid_until_unix_s")
-    if isinstance(until, int | float):
-        inst.decision_valid_until_s = now_s + (float(until) - now_unix_s)
-    thresholds = entry.get("decision_thresholds")
-    if isinstance(thresholds, list) and len(thresholds) == 2:
-        inst.decision_thresholds = (float(thresholds[0]), float(thresholds[1]))
     models = entry.get("served_models")
     if isinstance(models, list):
         inst.served_models = tuple(str(m) for m in models)
+    rule = _decision_rule(entry)
+    key = entry.get("decision_key")
+    if rule is None or not (isinstance(key, list) and len(key) == 2):
+        inst.decision_key = None
+        inst.decision_rule = None
+        return
+    inst.decision_rule = rule
+    inst.decision_key = (float(key[0]), int(key[1]))
+    until = entry.get("decision_valid_until_unix_s")
+    if isinstance(until, int | float):
+        inst.decision_valid_until_s = now_s + (float(until) - now_unix_s)
+
+
+def _decision_rule(entry: dict[str, object]) -> AdmissionRule | None:
+    """The entry's decision rule if it is this wire version's and well formed."""
+    raw = entry.get("decision_rule")
+    if entry.get("version") != WIRE_VERSION or not isinstance(raw, dict):
+        return None
+    try:
+        return rule_from_json(raw)
+    except WireFormatError:
+        return None
 
 
 class InstancePool:

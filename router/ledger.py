@@ -248,7 +248,7 @@ class Ledger:
             self.dirty.add(agent.agent_id)
 
     def context_of(self, agent: Agent) -> int:
-        """``C_a``, else the held prompt's estimate, else the placeholder (KairosConfig)."""
+        """``C_a``, else the held prompt's estimate, else the placeholder (point 1)."""
         if agent.context_tokens is not None:
             return agent.context_tokens
         if agent.estimated_context_tokens is not None:

@@ -14,7 +14,7 @@ held for ``confirm`` checks. Its per-agent streaks are dropped when an agent
 leaves the ledger or is placed anew. Before either, under every policy, overflow
 relief (:func:`controllers.admission.overflow_target`, reason ``overflow``) moves
 an agent whose request would not fit beside those running on its instance to one
-with room (``relieve_overflow``).
+with room.
 
 An instance whose capacity is unknown (no daemon, no ``/metrics``, nothing
 configured) is presented with capacity 0, which makes Algorithm 2 spread onto
@@ -91,8 +91,6 @@ class PlacementService:
                 enabled=settings.reassign,
                 interval_requests=settings.reassign_interval_requests,
                 rho=settings.rho,
-                relieve_overflow=settings.relieve_overflow,
-                balancing_moves_only=settings.balancing_moves_only,
             )
         )
         policy = admission.policy
@@ -182,8 +180,6 @@ class PlacementService:
     ) -> str | None:
         """Overflow relief (:func:`controllers.admission.overflow_target`): the
         agent's request would not fit beside those running on ``current``."""
-        if not self.rule.config.relieve_overflow:
-            return None
         if self.admission.overcommitted(current) is None:
             return None  # the common case: nothing more to read
         ledger = self.ledger

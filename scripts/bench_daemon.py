@@ -75,7 +75,7 @@ def epoch_work(ctrl: Controller, state: InstanceState) -> Callable[[], None]:
         )  # fmt: skip
         json.dumps(msg.to_json())
         opened = OpenEpoch(
-            epoch=7, start_s=995.0, decision=d, target_clock_mhz=d.clock_mhz, reason=d.reason,
+            epoch=7, start_s=995.0, decision=d, target_clock_mhz=d.clock_mhz, reason=d.label,
             ongoing=len(state.ongoing), pending=len(state.pending), admitted=len(d.admit),
             start=totals, generation_tokens_total=100, preemptions_total=0,
         )  # fmt: skip

@@ -26,7 +26,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controllers import KairosConfig
 from simulator.arrivals import poisson_arrivals
 from simulator.cluster import Cluster, ClusterConfig
 from simulator.presets import get_preset
@@ -58,7 +57,6 @@ def timed(
         policy=sc.policy,
         instances=sc.instances,
         duration_s=duration_s,
-        kairos=KairosConfig(),
         fast_forward=fast_forward,
     )
     arrivals = poisson_arrivals(sc.rate_per_s, duration_s, seed)

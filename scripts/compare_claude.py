@@ -16,13 +16,15 @@ qualifying fixed clock minus 1 point" for the others.
     .venv/bin/python -m scripts.compare_claude --seeds 8 --instances 2 --placement round-robin
 
 ``--variant FIELD=VALUE[,FIELD=VALUE]`` adds a row for ``kairos`` with those
-:class:`~controllers.kairos.KairosConfig` fields changed (``None``, ints, floats,
-``true``/``false``), to measure one point of docs/control-law.md against the default.
+constants of its definition changed in code (a field of its admission rule or of
+one of its stages, :mod:`controllers.kairos`; ``None``, ints, floats,
+``true``/``false``; ``None`` for a stage's required constant drops the stage), to
+measure one point of docs/control-law.md against the default.
 ``--policy 'NAME[FIELD=VALUE,...]'`` does the same for any policy; for
 ``predictive`` a field of :class:`~controllers.predictive.PredictiveConfig` changes
-that config (as ``kairosd``'s ``[predictive]`` section would), ``perf.FIELD`` its
-online model's :class:`~controllers.perf_model.PerfModelConfig` (``[predictive.perf]``),
-any other field the KAIROS config it builds on:
+that config, ``perf.FIELD`` its online model's
+:class:`~controllers.perf_model.PerfModelConfig`, any other field the KAIROS
+safety nets it builds on:
 
     .venv/bin/python -m scripts.compare_claude --policy 'predictive[max_elasticity=0.8]'
     .venv/bin/python -m scripts.compare_claude --policy 'predictive[perf.warmup=20]'
@@ -41,11 +43,6 @@ preset's 8 (fixed clocks are not levels); ``--policy fixed:MHZ`` adds a fixed
 clock's row beside the bar's four (listed, not used to judge):
 
     .venv/bin/python -m scripts.compare_claude --rates 0.004 --policy predictive --num-levels 11
-
-``--balancing-moves-only`` runs every policy, no control and the fixed clocks
-included, with Algorithm 3 moving an agent only where the target stays below the
-source (``ReassignmentConfig.balancing_moves_only``; docs/control-law.md,
-"Cost-aware moves"): a fleet rule, measured as the placement is.
 """
 
 from __future__ import annotations
@@ -95,9 +92,6 @@ class Fleet(NamedTuple):
     think_cap_s: float | None = None
     """Cap on the sessions' think and tool gaps (``kairos sim --think-cap-s``); None:
     the simulator's default (60 s)."""
-    balancing_moves_only: bool = False
-    """Algorithm 3 only balances (``kairos sim --balancing-moves-only``), for every
-    policy: a fleet rule, like the placement."""
 
 
 DEFAULT_FLEET = Fleet(INSTANCES, "consolidating", 1, None)
@@ -124,9 +118,6 @@ def cell_spec(fleet: Fleet, policy: str, rate: float, cell: Cell) -> SimSpec:
         spec = dataclasses.replace(spec, workload=f"trace:{fleet.trace}")
     if fleet.think_cap_s is not None:
         spec = dataclasses.replace(spec, think_cap_s=fleet.think_cap_s)
-    if fleet.balancing_moves_only:
-        moves = dataclasses.replace(spec.reassignment, balancing_moves_only=True)
-        spec = dataclasses.replace(spec, reassignment=moves)
     return with_variant(spec, policy)
 
 
@@ -240,11 +231,6 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="cap on the sessions' think and tool gaps (kairos sim --think-cap-s; default 60)",
     )
-    ap.add_argument(
-        "--balancing-moves-only",
-        action="store_true",
-        help="Algorithm 3 only balances, for every policy (kairos sim --balancing-moves-only)",
-    )
     args = ap.parse_args(argv)
     if args.phases < 1:
         ap.error("--phases must be >= 1")
@@ -281,7 +267,6 @@ def main(argv: list[str] | None = None) -> int:
             args.trace,
             args.kv_offload_gib,
             args.think_cap_s,
-            args.balancing_moves_only,
         )
         run = functools.partial(_run, fleet)
         res: dict[Key, Metrics] = dict(pool.map(run, keys))

@@ -101,7 +101,7 @@ def grid(
     variant: Annotated[
         str,
         typer.Option(
-            help="FIELD=VALUE[,...] for the predictive runs (PredictiveConfig, else KairosConfig)."
+            help="FIELD=VALUE[,...] for the predictive runs (PredictiveConfig, else its nets)."
         ),
     ] = "",
 ) -> None:

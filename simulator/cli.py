@@ -17,7 +17,7 @@ from typing import Annotated
 import structlog
 import typer
 
-from controllers import KairosConfig, ReassignmentConfig, make_controller, make_placement_policy
+from controllers import ReassignmentConfig, make_controller, make_placement_policy
 from controllers.errors import ControllerError
 from kairos_common.cli import (
     LogLevelOpt,
@@ -62,7 +62,6 @@ class SimCliConfig:
     preset: str = DEFAULT_PRESET
     placement: str = "consolidating"
     reassign: bool = True
-    balancing_moves_only: bool = False
     epoch_s: float | None = None
     think_cap_s: float = 60.0
     client_patience_s: float = DEFAULT_CLIENT_PATIENCE_S
@@ -99,10 +98,7 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
         client_patience_s=cfg.client_patience_s or None,
         arrivals_file=cfg.arrivals,
         arrival_offset_s=cfg.arrival_offset_s,
-        kairos=KairosConfig(slo_tok_s=cfg.slo),
-        reassignment=ReassignmentConfig(
-            enabled=cfg.reassign, balancing_moves_only=cfg.balancing_moves_only
-        ),
+        reassignment=ReassignmentConfig(enabled=cfg.reassign),
     )
     return [dataclasses.replace(base, policy=p) for p in policies]
 
@@ -226,8 +222,7 @@ HELP: dict[str, str] = {
     "duration_s": "simulated seconds (default 10800 = 3 h)",
     "instances": "vLLM instances, one GPU each (default 1)",
     "slo": "per-agent SLO τ in tokens/s, Eq. 4 (default 20)",
-    "policy": "kairos (default) | kairos-paper | kairos-no-ta | predictive "
-    "| no-control | fixed:MHZ",
+    "policy": "kairos (default) | kairos-alg1 | kairos-no-ta | predictive | no-control | fixed:MHZ",
     "compare": "comma-separated policies run side by side on identical arrivals",
     "seed": "seed of arrivals and workload (default 1)",
     "preset": f"GPU/model preset (default {DEFAULT_PRESET}): {', '.join(PRESET_NAMES)}",
@@ -235,8 +230,6 @@ HELP: dict[str, str] = {
         "router placement: consolidating (default) | round-robin | least-context | confident"
     ),
     "reassign": "Algorithm 3 reassignment of agents between instances (default on)",
-    "balancing_moves_only": "Algorithm 3 moves an agent only if the target's context stays "
-    "below the source's after the move (default off; router placement.balancing_moves_only)",
     "epoch_s": "control epoch in seconds (default from the preset: 5)",
     "think_cap_s": "cap on trace think times, drops human pauses (default 60 s)",
     "client_patience_s": "seconds a held session's client keeps retrying before the session "
@@ -277,7 +270,6 @@ def register(app: typer.Typer) -> None:
         preset: Annotated[str | None, Opt(help=HELP["preset"])] = None,
         placement: Annotated[str | None, Opt(help=HELP["placement"])] = None,
         reassign: Annotated[bool | None, Opt(help=HELP["reassign"])] = None,
-        balancing_moves_only: Annotated[bool | None, Opt(help=HELP["balancing_moves_only"])] = None,
         epoch_s: Annotated[float | None, Opt(help=HELP["epoch_s"])] = None,
         think_cap_s: Annotated[float | None, Opt(help=HELP["think_cap_s"])] = None,
         client_patience_s: Annotated[float | None, Opt(help=HELP["client_patience_s"])] = None,
@@ -310,7 +302,6 @@ def register(app: typer.Typer) -> None:
             "preset": preset,
             "placement": placement,
             "reassign": reassign,
-            "balancing_moves_only": balancing_moves_only,
             "epoch_s": epoch_s,
             "think_cap_s": think_cap_s,
             "client_patience_s": client_patience_s,

@@ -37,13 +37,12 @@ from controllers import (
     FleetBudgetConfig,
     InstancePower,
     InstanceSnapshot,
-    KairosConfig,
-    PredictiveConfig,
+    Intents,
     ReassignmentConfig,
     ReassignmentRule,
-    kairos_config_for,
     make_controller,
     make_placement_policy,
+    rule_for,
 )
 from controllers.admission import new_agent_tokens
 from controllers.energy_attribution import EnergyAccountant
@@ -81,14 +80,16 @@ class ClusterConfig:
     placement: str = "consolidating"
     theta_cons: float = 0.5
     reassignment: ReassignmentConfig = field(default_factory=ReassignmentConfig)
-    kairos: KairosConfig = field(default_factory=KairosConfig)
+    slo_tok_s: float = 20.0
+    """τ: the SLO agents are judged by and the law's boost defends."""
+    variant: tuple[tuple[str, Any], ...] = ()
+    """Constants of the policy changed in code, by field name (research only:
+    :func:`controllers.registry.make_controller`)."""
     epoch_s: float | None = None
     run: str = ""
     fast_forward: bool = True
     fleet_budget: FleetBudgetConfig | None = None
     """Optional cap on the instances' total power (docs/beyond.md)."""
-    predictive: PredictiveConfig | None = None
-    """Knobs of the ``predictive`` policy (its defaults when ``None``)."""
     client_patience_s: float | None = DEFAULT_CLIENT_PATIENCE_S
     """How long a held session's client keeps asking before the session fails
     (``FleetAdmission.drop_impatient``, :mod:`simulator.fleet_admission`); None:
@@ -115,13 +116,12 @@ class Cluster:
         self.epoch_s = config.epoch_s or preset.control.epoch_s
         timing, power = TimingModel(preset.timing), PowerModel(preset.power)
         self.instances: list[SimInstance] = []
+        intents = Intents(slo_tok_s=config.slo_tok_s)
+        variant = dict(config.variant)
         for i in range(config.instances):
             gpu = SimulatedGpu(preset.gpu, index=i)
             ctrl = make_controller(
-                config.policy,
-                control_levels(preset, config.policy),
-                config.kairos,
-                config.predictive,
+                config.policy, control_levels(preset, config.policy), intents, variant
             )
             engine = Engine(preset.engine, timing, power, gpu, fast_forward=config.fast_forward)
             self.instances.append(SimInstance(i, engine, gpu, ctrl))
@@ -131,7 +131,7 @@ class Cluster:
         self.admission = FleetAdmission(
             self.instances,
             make_placement_policy(config.placement, config.theta_cons),
-            kairos_config_for(config.policy, config.kairos),
+            rule_for(config.policy, intents, variant),
             config.reassignment,
             config.client_patience_s,
             self._admit,
@@ -366,8 +366,7 @@ class Cluster:
         self.admission.rehome_held(t)  # usage changed: as the router does after every completion
 
     def _record(self, agent: SimAgent, t: float, reason: str) -> AgentRecord:
-        slo = self.config.kairos.slo_tok_s
-        return agent.record(t, slo, self.config.run, self.names, reason)
+        return agent.record(t, self.config.slo_tok_s, self.config.run, self.names, reason)
 
     # ---------------------------------------------------------------- epochs
     def _snapshot(

@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from controllers.kairos import KairosConfig
 from reporting.metrics import Summary, summarize
 from reporting.plots import plot_group
 from reporting.records import AgentRecord, EpochRecord, read_records
@@ -65,8 +64,6 @@ class DemoConfig:
     without spending the whole demo past capacity."""
     kv_offloading_size_gib: float = 0.0
     """A CPU KV tier on every fake vLLM (vLLM's ``--kv-offloading-size``); 0: none."""
-    evictable_after_s: float | None = KairosConfig().evictable_after_s
-    """The law's eviction window (``[kairos] evictable_after_s``, simulated s); None: off."""
 
 
 @dataclass(slots=True)
@@ -177,7 +174,6 @@ async def run_policy(
         placement=cfg.placement,
         kv_capacity_tokens=cfg.kv_capacity_tokens,
         kv_offloading_size_gib=cfg.kv_offloading_size_gib,
-        evictable_after_s=cfg.evictable_after_s,
     )
     window_real_s = (cfg.window_s + cfg.drain_s) / cfg.speedup
     async with running_stack(stack_cfg) as stack:

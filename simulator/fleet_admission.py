@@ -24,8 +24,8 @@ import bisect
 from collections.abc import Callable
 
 from controllers import (
+    AdmissionRule,
     InstanceLoad,
-    KairosConfig,
     PlacementPolicy,
     PlacementRequest,
     ReassignmentConfig,
@@ -47,7 +47,7 @@ class FleetAdmission:
         self,
         instances: list[SimInstance],
         placement: PlacementPolicy,
-        kairos: KairosConfig,
+        rule: AdmissionRule,
         reassignment: ReassignmentConfig,
         client_patience_s: float | None,
         admit: Admit,
@@ -55,9 +55,8 @@ class FleetAdmission:
         self.instances = instances
         self.names = [inst.name for inst in instances]
         self.placement = placement
-        self.kairos = kairos
-        self.rule = kairos.admission_rule
-        """The router's admission rule for this deployment (router/admission.py)."""
+        self.rule = rule
+        """The fleet's admission rule, the policy's (the router's from its ``policy``)."""
         self.reassignment = reassignment
         self.client_patience_s = client_patience_s
         self._admit = admit
@@ -86,14 +85,15 @@ class FleetAdmission:
 
     def gate(self, inst: SimInstance, t: float) -> InstanceGate:
         """What fleet admission sees of ``inst`` at ``t`` (``AdmissionService.gate``)."""
-        resident, evictable = inst.admission_tokens(t, self.kairos)
+        rule = inst.controller.rule
+        resident, evictable = inst.admission_tokens(t, rule)
         return InstanceGate(
             inst.load(self.instances[0].engine.capacity_tokens),
             held=len(inst.pending),
             defer=inst.decision is not None and inst.decision.defer_admissions,
-            admission_control=inst.controller.admission_control,
             resident_tokens=resident,
             evictable_tokens=evictable,
+            rule=rule,
         )
 
     def place(self, agent_id: str, size: int, t: float) -> Placement:
@@ -139,7 +139,7 @@ class FleetAdmission:
         self, t: float, held: list[HeldAgent], by_id: dict[str, SimAgent]
     ) -> tuple[Move, ...]:
         """Idle agents move so that a held one is admitted (:func:`controllers.room.make_room`)."""
-        idle = [a for inst in self.instances for a in inst.idle_agents(t, self.kairos)]
+        idle = [a for inst in self.instances for a in inst.idle_agents(t, inst.controller.rule)]
         if not idle:
             return ()
         moves = room.make_room(
@@ -175,8 +175,7 @@ class FleetAdmission:
 
     def overflow_target(self, inst: SimInstance, agent: SimAgent, t: float) -> str | None:
         """The router's overflow relief (:func:`controllers.admission.overflow_target`)."""
-        rule = self.reassignment
-        if not (rule.enabled and rule.relieve_overflow):
+        if not self.reassignment.enabled:
             return None
         if not inst.overcommitted:
             return None  # the common case, without building every instance's gate

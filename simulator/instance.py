@@ -8,10 +8,15 @@ every request), and what vLLM reports about each finished request.
 
 from __future__ import annotations
 
-from controllers import ControlDecision, Controller, InstanceLoad, RequestObservation
+from controllers import (
+    AdmissionRule,
+    ControlDecision,
+    Controller,
+    InstanceLoad,
+    RequestObservation,
+)
 from controllers.admission import admission_tokens
 from controllers.energy_attribution import EnergyAccountant
-from controllers.kairos import KairosConfig
 from controllers.room import IdleAgent, idle_agents
 from reporting.records import EpochRecord
 from simulator.agents import SimAgent
@@ -89,7 +94,7 @@ class SimInstance:
             )
         return self._load
 
-    def admission_tokens(self, t: float, law: KairosConfig) -> tuple[int | None, int]:
+    def admission_tokens(self, t: float, law: AdmissionRule) -> tuple[int | None, int]:
         """``(resident, evictable)`` at ``t``, as the router computes them
         (docs/control-law.md, points 13–14): ``U`` less the evictable contexts and
         what this instance's CPU KV tier holds of the idle ones (None when the law
@@ -103,7 +108,7 @@ class SimInstance:
         )
         return (None, 0) if weighed is None else weighed
 
-    def idle_agents(self, t: float, law: KairosConfig) -> list[IdleAgent]:
+    def idle_agents(self, t: float, law: AdmissionRule) -> list[IdleAgent]:
         """Its agents that making room may move (:func:`controllers.room.idle_agents`),
         as the router lists them; none on an instance whose CPU KV tier the law
         reads (its idle contexts need no room)."""
@@ -186,7 +191,7 @@ class SimInstance:
             boost=d.boost,
             deferred=d.defer_admissions,
             admitted=len(d.admit),
-            reason=d.reason,
+            reason=d.label,
             run=run,
             output_tokens=c.generation_tokens - self.gen_mark,
             preemptions=c.preemptions - self.pre_mark,

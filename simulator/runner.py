@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from controllers import KairosConfig, PredictiveConfig, ReassignmentConfig
+from controllers import ReassignmentConfig
 from reporting.metrics import Summary, summarize
 from reporting.records import AgentRecord, EpochRecord, RunRecord, file_slug, to_json_line
 from simulator.arrivals import poisson_arrivals, replay_arrivals
@@ -54,10 +54,10 @@ class SimSpec:
     the workload, which production leaves to when each daemon started. A result
     that moves with it is the policy's own chaos (``scripts.compare_claude
     --phases``), not a property of the law."""
-    kairos: KairosConfig | None = None
-    predictive: PredictiveConfig | None = None
-    """The ``predictive`` policy's knobs, as ``kairosd``'s ``[predictive]`` section
-    sets them in production (None: the defaults)."""
+    variant: tuple[tuple[str, Any], ...] = ()
+    """Constants of the policy changed in code, by field name, for research
+    comparisons (``kairos[busy_floor_mhz=1020]``, ``predictive[max_elasticity=0.8]``;
+    :func:`controllers.registry.make_controller`). Empty: the policy as defined."""
     reassignment: ReassignmentConfig = field(default_factory=ReassignmentConfig)
 
     @property
@@ -103,27 +103,31 @@ def build_arrivals(spec: SimSpec) -> list[float]:
 
 
 def cluster_config(spec: SimSpec) -> ClusterConfig:
-    """The cluster ``spec`` describes (τ from ``spec.slo_tok_s`` wins over the
-    KAIROS config's)."""
-    kairos = dataclasses.replace(spec.kairos or KairosConfig(), slo_tok_s=spec.slo_tok_s)
+    """The cluster ``spec`` describes."""
     return ClusterConfig(
         policy=spec.policy,
         instances=spec.instances,
         duration_s=spec.duration_s,
         placement=spec.placement,
         reassignment=spec.reassignment,
-        kairos=kairos,
-        predictive=spec.predictive,
+        slo_tok_s=spec.slo_tok_s,
+        variant=spec.variant,
         epoch_s=spec.epoch_s,
         run=spec.run_name,
         client_patience_s=spec.client_patience_s,
     )
 
 
-def run_sim(spec: SimSpec, progress: Callable[[float], None] | None = None) -> SimResult:
-    """Run one spec to completion (virtual time ``spec.duration_s``)."""
+def run_sim(
+    spec: SimSpec,
+    progress: Callable[[float], None] | None = None,
+    config: ClusterConfig | None = None,
+) -> SimResult:
+    """Run one spec to completion (virtual time ``spec.duration_s``); ``config``
+    replaces the cluster ``spec`` describes (a fleet power budget, which no spec
+    field names)."""
     started = time.perf_counter()
-    config = cluster_config(spec)
+    config = config or cluster_config(spec)
     arrivals = build_arrivals(spec)
     cluster = Cluster(spec.preset, config, build_workload(spec), arrivals, progress=progress)
     cluster.run()

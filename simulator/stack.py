@@ -10,10 +10,10 @@ period) when the context manager exits — nothing is left running. Used by
 Time acceleration: the fake vLLM servers run the engine model ``speedup``
 times faster than real time, so the daemons run epochs of ``epoch_s /
 speedup`` real seconds and judge the SLO in real-time units (``slo_tok_s ×
-speedup``), and so are the control law's time windows (``idle_after_s``,
-``pending_grace_s``, ``evictable_after_s``, ``context_window_s``: simulated
-seconds, as in the simulator). Power in watts is unaffected (the simulated
-energy counter is scaled so that energy per real second is the simulated
+speedup``), and so are the control law's time constants (its activity,
+eviction and Eq. 9 windows and the held agents' grace: simulated seconds, as in
+the simulator; ``kairosd``'s ``sim_speedup`` divides them). Power in watts is
+unaffected (the simulated energy counter is scaled so that energy per real second is the simulated
 power); per-agent throughput and energy per token are converted back to
 simulated-H100 units by :func:`to_simulated_units`.
 """
@@ -26,7 +26,6 @@ import dataclasses
 import os
 import shutil
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -34,20 +33,13 @@ from pathlib import Path
 
 import aiohttp
 
-from controllers.kairos import KairosConfig
+from kairos_common.testing import free_port as free_port  # the stack's callers import it here
 from reporting.metrics import Summary
 from simulator.presets import get_preset
 
 
 class StackError(RuntimeError):
     """A component did not start (its log file is named in the message)."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nobody listens on right now (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,9 +55,6 @@ class StackConfig:
     kv_capacity_tokens: int | None = None
     kv_offloading_size_gib: float = 0.0
     """Each fake vLLM's CPU KV tier (its ``--kv-offloading-size``); 0: none."""
-    evictable_after_s: float | None = KairosConfig().evictable_after_s
-    """The law's eviction window (``[kairos] evictable_after_s``, simulated seconds,
-    docs/control-law.md point 14); None: off."""
     python: str = sys.executable
     startup_timeout_s: float = 60.0
     gpu_backend: str = "sim"
@@ -212,9 +201,6 @@ def _gpu_flags(cfg: StackConfig, i: int) -> list[str]:
 async def _start_daemon(stack: Stack, i: int) -> None:
     cfg = stack.config
     epoch_real_s = cfg.epoch_s / cfg.speedup
-    law = KairosConfig()
-    evict_s = cfg.evictable_after_s
-    window_s = law.context_window_s
     port = free_port()
     await _spawn(
         stack,
@@ -247,19 +233,12 @@ async def _start_daemon(stack: Stack, i: int) -> None:
             *_level_flags(cfg),
         ],
         # Accelerated epochs are short; HTTP calls must fit well inside one. The
-        # law's own windows are simulated seconds too (the router takes the
-        # activity window from the daemon's decisions).
+        # law's own windows are simulated seconds too: the daemon divides them by
+        # the speed-up (the router takes them from the daemon's decisions).
         env={
             "KAIROSD_HTTP_TIMEOUT_S": str(epoch_real_s / 2),
             "KAIROSD_GPU_TIMEOUT_S": str(epoch_real_s / 2),
-            "KAIROSD_KAIROS__IDLE_AFTER_S": str(law.idle_after_s / cfg.speedup),
-            "KAIROSD_KAIROS__PENDING_GRACE_S": str(law.pending_grace_s / cfg.speedup),
-            "KAIROSD_KAIROS__EVICTABLE_AFTER_S": (
-                "none" if evict_s is None else str(evict_s / cfg.speedup)
-            ),
-            "KAIROSD_KAIROS__CONTEXT_WINDOW_S": (
-                "none" if window_s is None else str(window_s / cfg.speedup)
-            ),
+            "KAIROSD_SIM_SPEEDUP": str(cfg.speedup),
         },
     )
     stack.daemon_urls.append(f"http://127.0.0.1:{port}")

@@ -1,9 +1,10 @@
 """Items 10–12: long-context coding agents (Claude Code trace) on four instances.
 
 Every policy on the same arrivals per seed: no control, four fixed clocks, the
-default ``kairos`` (activity-aware clock, reachable-only boost), the paper-exact
-``kairos-paper`` and ``predictive``; fleet admission for all (docs/control-law.md
-points 6–8). Per cell (rate, seed) it also states issue 14's acceptance checks.
+default ``kairos`` (activity-aware clock, reachable-only boost), ``kairos-alg1``
+(Algorithm 1 per instance as the paper states it) and ``predictive``; fleet
+admission for all (docs/control-law.md points 6–8). Per cell (rate, seed) it also
+states issue 14's acceptance checks.
 Item 10 runs vLLM as it starts by default; item 11 the same with its CPU KV tier
 (``--kv-offloading-size``, :data:`TIER_GIB` per instance), which the default law
 reads (point 13); item 12 item 10 with the sessions' tool and think gaps as the
@@ -28,7 +29,7 @@ from simulator.workload_trace import DEFAULT_THINK_CAP_S
 
 INSTANCES = 4
 FIXED = ("fixed:900", "fixed:1020", "fixed:1140", "fixed:1305")
-POLICIES = ("no-control", *FIXED, "kairos", "kairos-paper", "predictive")
+POLICIES = ("no-control", *FIXED, "kairos", "kairos-alg1", "predictive")
 DURATION_S = 3 * 3600.0
 TIER_GIB = 192.0
 """Item 11's CPU KV tier per instance: about 4× the preset's 46 GiB of GPU KV."""
@@ -211,8 +212,10 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             "admission, 3 h windows, SLO 20 tok/s, seeds paired across policies. `kairos` is the "
             "default (activity-aware clock, boost only for agents a clock can lift, prefill at "
             "the top clock, a clock floor for long-context work); "
-            "`kairos-paper` is Algorithm 1 as the paper states it "
-            "(docs/control-law.md, points 6–11)." + _tier_note(d) + _gaps_note(d),
+            "`kairos-alg1` is Algorithm 1 per instance as the paper states it, under the "
+            "fleet rules every policy runs under (docs/control-law.md, points 6–11)."
+            + _tier_note(d)
+            + _gaps_note(d),
             command(_item_name(d), quick),
             table(headers, body),
             "`mean pending` is over the finished sessions (their agent records), as issue 14's "
@@ -258,7 +261,7 @@ def _gaps_note(d: Data) -> str:
         "`idle_expiry_s`) instead of 60 s: a person reading a diff, a long build or test run. "
         "`kairos` and `predictive` stop counting a session idle for 60 s towards admission and "
         "context pressure: vLLM holds its blocks only as evictable prefix cache, and it "
-        "re-prefills when it returns (docs/control-law.md, point 14); `kairos-paper` counts "
+        "re-prefills when it returns (docs/control-law.md, point 14); `kairos-alg1` counts "
         "every context until its agent ends."
     )
 
@@ -274,7 +277,7 @@ def _tier_note(d: Data) -> str:
         '"CPU KV tier"). `kairos` and `predictive` read the tier and leave the idle '
         "contexts it holds out of admission and context pressure, and `kairos` holds "
         "long-context decode at the memory knee (docs/control-law.md, point 13); "
-        "`kairos-paper` ignores it."
+        "`kairos-alg1` ignores it."
     )
 
 
@@ -286,10 +289,10 @@ def claude_discussion(d: Data) -> str:
         f"The default `kairos` meets the bar in {len(ok)} of {len(d['checks'])} cells.",
     ]
     for rate in sorted({r["rate"] for r in d["rows"]}):
-        k, p, nc = rows[(rate, "kairos")], rows[(rate, "kairos-paper")], rows[(rate, "no-control")]
+        k, p, nc = rows[(rate, "kairos")], rows[(rate, "kairos-alg1")], rows[(rate, "no-control")]
         parts.append(
             f"At {rate:g} sessions/s it saves {k['saving']['mean']:.1f}% power "
-            f"(`kairos-paper`: {p['saving']['mean']:.1f}%) at {k['slo_attainment']['mean']:.3f} "
+            f"(`kairos-alg1`: {p['saving']['mean']:.1f}%) at {k['slo_attainment']['mean']:.3f} "
             f"attainment (no control {nc['slo_attainment']['mean']:.3f}) and "
             f"{k['energy_per_output_token_j']['mean']:.2f} J per output token "
             f"(no control {nc['energy_per_output_token_j']['mean']:.2f})."

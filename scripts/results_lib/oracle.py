@@ -31,7 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from controllers import ControlDecision, FrequencyLevels, InstanceSnapshot
+from controllers import ControlDecision, FrequencyLevels, InstanceSnapshot, Reason
+from controllers.types import ADMIT_ALL
 from reporting.metrics import summarize
 from scripts.results_lib.runs import Metrics, metrics_of
 from simulator.cluster import Cluster
@@ -45,7 +46,7 @@ class ScheduleController:
     """Locks the clock of the current window; admits every pending agent."""
 
     name = "oracle"
-    admission_control = False
+    rule = ADMIT_ALL
 
     def __init__(
         self, levels: FrequencyLevels, schedule_mhz: Sequence[int], window_s: float
@@ -67,7 +68,7 @@ class ScheduleController:
             admit=tuple(a.agent_id for a in snapshot.pending),
             usage_tokens=usage,
             capacity_tokens=snapshot.capacity_tokens,
-            reason="oracle-schedule",
+            reason=Reason.ORACLE,
         )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from controllers import KairosConfig, levels_for, make_controller
+from controllers import levels_for, make_controller
 from controllers.errors import ControllerError
 from simulator.presets import get_preset
 
@@ -29,7 +29,7 @@ def policy_available(name: str) -> bool:
     preset = get_preset()
     try:
         levels = levels_for(name, preset.gpu.supported_clocks_mhz)
-        make_controller(name, levels, KairosConfig())
+        make_controller(name, levels)
     except ControllerError:
         return False
     return True

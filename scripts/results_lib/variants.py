@@ -1,8 +1,12 @@
 """Policy variants for the comparison scripts: ``NAME[FIELD=VALUE,...]``.
 
 A comparison measures one change to a control law against the default on the
-same arrivals; the change is named in the policy string, and goes to the config
-that has the field, as ``kairosd``'s configuration would set it in production.
+same arrivals; the change is named in the policy string and applied in code to
+the policy's definition (:meth:`controllers.policy.Policy.varied`: a constant of
+its rule or of one of its stages, by field name; ``None`` for a stage's required
+constant drops that stage), or for ``predictive`` to its
+:class:`~controllers.predictive.PredictiveConfig` (``perf.FIELD``: its online
+model's). Operators set none of these: they are the law's constants.
 """
 
 from __future__ import annotations
@@ -10,9 +14,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from controllers import KairosConfig, PredictiveConfig
-from controllers.perf_model import PerfModelConfig
-from controllers.registry import kairos_config_for
+from controllers.registry import law_for
 from simulator.runner import SimSpec
 
 
@@ -35,34 +37,13 @@ def parse_variant(text: str) -> dict[str, Any]:
 
 
 def with_variant(spec: SimSpec, policy: str) -> SimSpec:
-    """``spec`` with ``policy``'s bracketed FIELD=VALUE changes applied.
+    """``spec`` with ``policy``'s bracketed FIELD=VALUE changes as its variant.
 
-    Each field goes to the config that has it: for ``predictive``, its
-    :class:`PredictiveConfig`, or its online model's
-    :class:`~controllers.perf_model.PerfModelConfig` as ``perf.FIELD``
-    (``perf.warmup=20``); else :class:`KairosConfig`. An unknown field is a
-    ``ValueError`` naming it (checked in the parent, before any worker runs).
-    """
+    An unknown field is an error naming it (checked here, in the parent, before
+    any worker runs)."""
     base, _, variant = policy.partition("[")
     if not variant:
         return spec
     changes = parse_variant(variant.rstrip("]"))
-    predictive = base == "predictive"
-    own = {f.name for f in dataclasses.fields(PredictiveConfig)} if predictive else set()
-    if predictive:
-        own |= {f"perf.{f.name}" for f in dataclasses.fields(PerfModelConfig)}
-    mine = {k: v for k, v in changes.items() if k in own and not k.startswith("perf.")}
-    perf = {k.removeprefix("perf."): v for k, v in changes.items() if k in own and k not in mine}
-    rest = {k: v for k, v in changes.items() if k not in own}
-    unknown = sorted(set(rest) - {f.name for f in dataclasses.fields(KairosConfig)})
-    if unknown:
-        raise ValueError(f"{policy}: no such field {', '.join(unknown)}")
-    if mine or perf:
-        config = dataclasses.replace(spec.predictive or PredictiveConfig(), **mine)
-        config = dataclasses.replace(config, perf=dataclasses.replace(config.perf, **perf))
-        spec = dataclasses.replace(spec, predictive=config)
-    if rest:
-        spec = dataclasses.replace(
-            spec, kairos=dataclasses.replace(spec.kairos or kairos_config_for(base), **rest)
-        )
-    return spec
+    law_for(base, variant=changes)  # raises on a field the policy does not have
+    return dataclasses.replace(spec, variant=tuple(changes.items()))

@@ -2,15 +2,27 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from controllers import AgentView
-from kairos_common.config import config_reference, load_config
-from kairos_common.errors import ConfigError, WireFormatError
+from controllers import KAIROS, KAIROS_ALG1, AgentView
+from controllers.types import ADMIT_ALL
+from kairos_common.config import CODE_ONLY, config_reference, load_config
+from kairos_common.errors import ConfigError, WireFormatError, WireVersionError
 from kairos_common.logs import redact_secrets
+from kairos_common.testing import decision
 from kairos_common.views import ModelReport
-from kairos_common.wire import AdmissionDecision, InstanceState
+from kairos_common.wire import (
+    WIRE_VERSION,
+    AdmissionDecision,
+    AgentEnd,
+    AgentEndReply,
+    AgentStart,
+    AgentStarted,
+    DecisionAck,
+    InstanceState,
+)
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,48 @@ def test_config_reference_lists_nested_keys() -> None:
     assert keys == ["port", "host", "debug", "limit", "sub.rate", "sub.names"]
 
 
+@dataclass(frozen=True)
+class Tuned:
+    port: int = 80
+    retries: int = field(default=3, metadata=CODE_ONLY)
+    sub: Sub = field(default_factory=Sub, metadata=CODE_ONLY)
+
+
+RETIRED = {"alpha": "a constant of the law", "sub.rate": "gone"}
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("alpha = 0.7\n", "alpha was removed: a constant of the law"),
+        ("retries = 5\n", "retries is a constant of the code, not configuration"),
+        ("[sub]\nrate = 2\n", "sub is a constant of the code"),
+    ],
+)
+def test_removed_keys_and_code_constants_are_refused_saying_why(
+    tmp_path: Path, text: str, says: str
+) -> None:
+    p = tmp_path / "c.toml"
+    p.write_text(text)
+    with pytest.raises(ConfigError, match=says):
+        load_config(Tuned, path=p, env_prefix="X", env={}, retired=RETIRED)
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_variables_for_removed_keys_and_code_constants_are_refused(strict: bool) -> None:
+    for env, says in (({"X_ALPHA": "1"}, "X_ALPHA: alpha was removed"),
+                      ({"X_RETRIES": "5"}, "X_RETRIES: retries is a constant"),
+                      ({"X_SUB__RATE": "2"}, "X_SUB__RATE: sub.rate was removed")):  # fmt: skip
+        with pytest.raises(ConfigError, match=says):
+            load_config(Tuned, env_prefix="X", env=env, strict_env=strict, retired=RETIRED)
+    assert load_config(Tuned, env_prefix="X", env={"X_PORT": "81"}, retired=RETIRED).port == 81
+
+
+def test_code_constants_stay_settable_in_code_and_out_of_the_reference() -> None:
+    assert Tuned(retries=5).retries == 5
+    assert [row[0] for row in config_reference(Tuned)] == ["port"]
+
+
 def test_instance_state_roundtrip() -> None:
     st = InstanceState(
         instance="g0",
@@ -64,49 +118,80 @@ def test_instance_state_roundtrip() -> None:
 
 
 def test_decision_roundtrip_and_ordering() -> None:
-    d = AdmissionDecision(
-        instance="g0",
-        daemon_id="d",
-        daemon_start_unix_s=10.0,
-        epoch=3,
-        admit=("a",),
+    d = decision(
+        "g0", 3, admit=("a",), start_unix_s=10.0,
         report=ModelReport({1: -0.5, 2: 0.25}, slo_slack=0.25, efficient_floor_level=2),
-    )
+    )  # fmt: skip
     back = AdmissionDecision.from_json(d.to_json())
     assert back == d
     later = AdmissionDecision(instance="g0", daemon_id="d2", daemon_start_unix_s=11.0, epoch=0)
     assert later.order_key > d.order_key
 
 
-def test_decision_eviction_window_is_optional_and_bounded() -> None:
-    """``evictable_after_s`` (control-law point 14): absent (an old daemon) or null
-    means off; any number must be finite and within (0, 1 h]."""
-    d = AdmissionDecision("g0", "d", 10.0, 3, evictable_after_s=60.0)
-    assert AdmissionDecision.from_json(d.to_json()).evictable_after_s == 60.0
-    body = d.to_json()
-    body.pop("evictable_after_s")
-    assert AdmissionDecision.from_json(body).evictable_after_s is None
-    for bad in (0, -1.0, 1e9, "60", True):
-        with pytest.raises(WireFormatError, match="evictable_after_s"):
-            AdmissionDecision.from_json({**d.to_json(), "evictable_after_s": bad})
+def test_the_decision_carries_its_rule_whole() -> None:
+    """The admission rule of the daemon's policy (Eq. 13's β and γ, whether it holds
+    anyone, its activity and eviction windows, whether it reads the tier) crosses
+    the wire as one typed value, and back."""
+    for rule in (KAIROS.rule, KAIROS_ALG1.rule, ADMIT_ALL):
+        d = decision("g0", 1, rule=rule)
+        assert AdmissionDecision.from_json(d.to_json()).admission.rule == rule
+    body = decision("g0", 1).to_json()
+    assert set(body) == {"version", "instance", "daemon_id", "daemon_start_unix_s", "epoch",
+                         "policy", "valid_for_s", "admission", "clock", "measured"}  # fmt: skip
+    del body["admission"]["rule"]
+    with pytest.raises(WireFormatError, match="missing field 'rule'"):
+        AdmissionDecision.from_json(body)
 
 
-def test_decision_thresholds_come_together_and_in_order() -> None:
-    """``beta`` / ``gamma`` (control-law point 18): absent (an old daemon) means the
-    router's own; both or neither, each in (0, 1], γ ≤ β."""
-    d = AdmissionDecision("g0", "d", 10.0, 3, beta=0.95, gamma=0.90)
-    back = AdmissionDecision.from_json(d.to_json())
-    assert (back.beta, back.gamma) == (0.95, 0.90)
-    body = d.to_json()
-    body.pop("beta"), body.pop("gamma")
-    assert AdmissionDecision.from_json(body).beta is None
-    for bad in (0, -1.0, 1.5, float("nan"), "0.9", True):
-        with pytest.raises(WireFormatError, match="beta"):
-            AdmissionDecision.from_json({**d.to_json(), "beta": bad})
-    with pytest.raises(WireFormatError, match="together"):
-        AdmissionDecision.from_json({**d.to_json(), "gamma": None})
+@pytest.mark.parametrize(
+    ("field", "bad"),
+    [
+        ("beta", 0), ("beta", 1.5), ("beta", float("nan")), ("beta", "0.9"), ("gamma", True),
+        ("idle_after_s", 0), ("idle_after_s", 1e9), ("evictable_after_s", -1.0),
+        ("evictable_after_s", "60"), ("enabled", "yes"), ("offload_aware", 1),
+    ],
+)  # fmt: skip
+def test_a_bad_rule_is_a_wire_error(field: str, bad: object) -> None:
+    body = decision("g0", 1).to_json()
+    body["admission"]["rule"][field] = bad
+    with pytest.raises(WireFormatError, match=field):
+        AdmissionDecision.from_json(body)
+
+
+def test_a_rule_out_of_order_is_a_wire_error() -> None:
+    body = decision("g0", 1).to_json()
+    body["admission"]["rule"]["beta"] = 0.8  # below kairos's γ = 0.95
     with pytest.raises(WireFormatError, match="gamma <= beta"):
-        AdmissionDecision.from_json({**d.to_json(), "beta": 0.8})
+        AdmissionDecision.from_json(body)
+
+
+MESSAGES: list[Any] = [
+    AgentStart(name="a"),
+    AgentStarted("a1", "tok", 1800.0),
+    AgentEnd(0),
+    AgentEndReply(),
+    InstanceState("g0", 1.0),
+    decision("g0", 1),
+    DecisionAck(True),
+]
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+def test_every_message_carries_the_one_wire_version(message: Any) -> None:
+    body = message.to_json()
+    assert body["version"] == WIRE_VERSION == 2
+    assert type(message).from_json(body) == message
+    del body["version"]  # a hand-made request: read as this version
+    assert type(message).from_json(body) == message
+
+
+@pytest.mark.parametrize("message", MESSAGES, ids=lambda m: type(m).__name__)
+@pytest.mark.parametrize("version", [1, 3, 0])
+def test_another_version_is_refused_naming_the_one_spoken(message: Any, version: int) -> None:
+    body = {**message.to_json(), "version": version}
+    with pytest.raises(WireVersionError, match=f"version {version} is not supported: this "
+                       "side speaks version 2"):  # fmt: skip
+        type(message).from_json(body)
 
 
 @pytest.mark.parametrize(

@@ -1,5 +1,6 @@
-"""Fleet admission (controllers/admission.py): newcomers go where they are admitted
-now, held agents move to any instance with room, and the activity-aware clock."""
+"""Admission: Eq. 13 per instance in the law's last step (``KairosController``), and
+fleet admission (controllers/admission.py): newcomers go where they are admitted
+now, held agents move to any instance with room, each instance by its own rule."""
 
 from __future__ import annotations
 
@@ -7,18 +8,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controllers import (
-    AgentView,
+    KAIROS,
+    KAIROS_ALG1,
     Consolidating,
-    FrequencyLevels,
     InstanceLoad,
-    InstanceSnapshot,
-    KairosConfig,
     KairosController,
     PlacementRequest,
     RoundRobin,
     make_controller,
 )
 from controllers.admission import (
+    ADMIT_ALL,
     AdmissionRule,
     HeldAgent,
     InstanceGate,
@@ -28,10 +28,14 @@ from controllers.admission import (
     place,
     rehome_held,
 )
+from controllers.policy import Intents
+from controllers.testing import FIVE_LEVELS, agent, snapshot
+from controllers.types import AgentView
 from tests.branches import Branches
 
 CAP = 100_000
 RULE = AdmissionRule()
+"""``kairos``'s rule: β, γ = 0.98, 0.95, 10 s activity, 60 s eviction, the tier read."""
 
 
 def gate(name: str, idx: int, u: int, held: int = 0, defer: bool = False) -> InstanceGate:
@@ -61,13 +65,14 @@ def test_newcomer_is_held_only_when_no_instance_has_room() -> None:
     assert choice.instance == "g1"  # Algorithm 2's spread rule: least U_i
 
 
-def test_an_instance_admits_by_its_own_daemons_thresholds() -> None:
+def test_an_instance_admits_by_its_own_daemons_rule() -> None:
     # The fleet rule (β, γ = 0.98, 0.95) admits a 3K agent at U = 91K; an instance
-    # whose kairos-paper daemon sent the paper's 0.95, 0.90 does not (point 18).
+    # whose kairos-alg1 daemon carries the paper's 0.95, 0.90 does not (point 18).
     assert admits_now(gate("g", 0, 91_000), 3_000, RULE)
-    paper = InstanceGate(InstanceLoad("g", 0, 91_000, CAP, active=True), thresholds=(0.95, 0.90))
+    load = InstanceLoad("g", 0, 91_000, CAP, active=True)
+    paper = InstanceGate(load, rule=KAIROS_ALG1.rule)
     assert not admits_now(paper, 3_000, RULE)
-    assert paper.rule_here(RULE) == AdmissionRule(beta=0.95, gamma=0.90)
+    assert paper.rule_here(RULE) is KAIROS_ALG1.rule
     assert gate("g", 0, 0).rule_here(RULE) is RULE
 
 
@@ -75,8 +80,14 @@ def test_queue_and_defer_block_the_fast_path() -> None:
     assert not admits_now(gate("g", 0, 0, held=1), 10, RULE)  # head-of-line
     assert not admits_now(gate("g", 0, 0, defer=True), 10, RULE)
     assert admits_now(gate("g", 0, 0), CAP * 2, RULE)  # an empty instance admits its head
-    no_control = InstanceGate(InstanceLoad("g", 0, CAP, CAP), defer=True, admission_control=False)
+    no_control = InstanceGate(InstanceLoad("g", 0, CAP, CAP), defer=True, rule=ADMIT_ALL)
     assert admits_now(no_control, CAP, RULE)
+
+
+def test_the_fleet_gate_admits_against_the_resident_usage() -> None:
+    load = InstanceLoad("i0", 0, usage_tokens=190_000, capacity_tokens=200_000)
+    assert not admits_now(InstanceGate(load), 50_000, RULE)
+    assert admits_now(InstanceGate(load, resident_tokens=20_000), 50_000, RULE)
 
 
 def test_held_agent_moves_to_an_instance_with_room_in_arrival_order() -> None:
@@ -155,71 +166,54 @@ def test_rehoming_never_overfills_and_matches_the_per_instance_rule() -> None:
     branches.require(**{"moved": 50, "left held": 10, "left held, fitted before the moves": 8})
 
 
-# ------------------------------------------------------------ activity-aware clock
-LEVELS = FrequencyLevels((660, 900, 1200, 1500, 1980))
+# ------------------------------------------------------------ Eq. 13 in the law
+def _held(*sizes: int) -> tuple[AgentView, ...]:
+    return tuple(agent(f"p{i}", estimate=size, arrival_s=float(i)) for i, size in enumerate(sizes))
 
 
-def view(aid: str, ctx: int, in_flight: bool, last_s: float | None) -> AgentView:
-    return AgentView(aid, 0.0, context_tokens=ctx, in_flight=in_flight, last_active_s=last_s,
-                     decode_tokens=100, llm_time_s=1.0, completed_steps=1)  # fmt: skip
+def test_all_agents_pending_admits_in_arrival_order_up_to_gamma() -> None:
+    d = KairosController(FIVE_LEVELS).decide(snapshot(pending=_held(*[30_000] * 5)))
+    # 0 → 30k → 60k → 90k; a fourth would pass β·U_max = 98k: it waits.
+    assert d.admit == ("p0", "p1", "p2") and not d.defer_admissions
 
 
-def snapshot(
-    ongoing: tuple[AgentView, ...], pending: tuple[AgentView, ...] = ()
-) -> InstanceSnapshot:
-    return InstanceSnapshot(now_s=100.0, epoch=1, capacity_tokens=CAP, ongoing=ongoing,
-                            pending=pending)  # fmt: skip
+def test_admission_never_exceeds_beta_and_is_head_of_line() -> None:
+    held = (agent("big", 20_000, arrival_s=1.0), agent("small", 1_000, arrival_s=2.0))
+    d = KairosController(FIVE_LEVELS).decide(snapshot(agent("o", 80_000), pending=held))
+    assert d.admit == ()  # 80k + 20k > 98k; "small" may not jump the queue
 
 
-def paper_level(snap: InstanceSnapshot) -> int:
-    return make_controller("kairos-paper", LEVELS).decide(snap).level
+def test_empty_instance_admits_an_agent_larger_than_beta() -> None:
+    d = KairosController(FIVE_LEVELS).decide(snapshot(pending=(agent("huge", 200_000),)))
+    assert d.admit == ("huge",)
 
 
-IDLE = (view("a", 35_000, False, 70.0), view("b", 35_000, False, 60.0))  # idle 30 and 40 s
+def test_defer_flag_above_beta() -> None:
+    d = KairosController(FIVE_LEVELS).decide(snapshot(agent("o", 99_000)))
+    assert d.defer_admissions and d.admit == ()
+    d2 = KairosController(FIVE_LEVELS).decide(snapshot(agent("o", 98_000)))
+    assert not d2.defer_admissions
 
 
-def test_idle_contexts_do_not_raise_the_clock() -> None:
-    snap = snapshot((*IDLE, view("c", 5_000, True, 99.0)))
-    kairos = KairosController(LEVELS).decide(snap)
-    paper = make_controller("kairos-paper", LEVELS).decide(snap)
-    assert paper.level == LEVELS.count  # U = 75K ≥ α·U_max
-    assert kairos.level == 1  # only c's 5K is working
-    assert kairos.usage_tokens == paper.usage_tokens == 75_000  # admission still sees all
+def test_kairos_admits_closer_to_full_than_the_paper() -> None:
+    # β, γ = 0.98, 0.95 (docs/control-law.md, point 18) against the paper's 0.95, 0.90:
+    # at U = 91K of 100K a 3K newcomer is admitted by ``kairos``, held by ``kairos-alg1``.
+    s = snapshot(agent("o", 91_000), pending=(agent("n", estimate=3_000),))
+    assert KairosController(FIVE_LEVELS).decide(s).admit == ("n",)
+    assert make_controller("kairos-alg1", FIVE_LEVELS).decide(s).admit == ()
+    assert (KAIROS_ALG1.rule.beta, KAIROS_ALG1.rule.gamma) == (0.95, 0.90)
 
 
-def test_recently_active_agents_count() -> None:
-    snap = snapshot((view("a", 60_000, False, 95.0),))  # ended 5 s ago < idle_after_s
-    assert KairosController(LEVELS).decide(snap).level == paper_level(snap) == 4
+def test_without_thrashing_avoidance_everyone_is_admitted() -> None:
+    s = snapshot(agent("o", 99_000), pending=(agent("p1"), agent("p2")))
+    d = make_controller("kairos-no-ta", FIVE_LEVELS).decide(s)
+    assert d.admit == ("p1", "p2") and not d.defer_admissions
 
 
-def test_pressure_brings_back_the_paper_law() -> None:
-    # Agents held here (the fleet is full) or U ≥ γ·U_max: contexts must drain.
-    held = snapshot(IDLE, pending=(AgentView("p", 99.0, estimated_context_tokens=40_000),))
-    assert KairosController(LEVELS).decide(held).level == paper_level(held) == 4
-    full = snapshot((*IDLE, view("c", 26_000, False, 80.0)))  # 96K ≥ γ·U_max
-    assert KairosController(LEVELS).decide(full).level == paper_level(full) == LEVELS.count
-
-
-def test_unknown_activity_is_the_paper_law() -> None:
-    snap = snapshot((AgentView("a", 0.0, context_tokens=80_000),))
-    assert KairosController(LEVELS, KairosConfig()).decide(snap).level == LEVELS.count
-
-
-def slow(aid: str, tput_tok_s: float) -> AgentView:
-    return AgentView(aid, 0.0, context_tokens=1_000, decode_tokens=int(tput_tok_s * 10),
-                     llm_time_s=10.0, completed_steps=3, in_flight=True)  # fmt: skip
-
-
-def test_boost_ignores_agents_no_clock_can_lift() -> None:
-    # f(L)/f(1) = 3: an agent under τ/3 = 6.7 tok/s stays under τ at any clock.
-    hopeless = snapshot((slow("huge-prompt", 5.0),))
-    assert not KairosController(LEVELS).decide(hopeless).boost
-    assert make_controller("kairos-paper", LEVELS).decide(hopeless).boost
-    liftable = snapshot((slow("huge-prompt", 5.0), slow("lagging", 12.0)))
-    assert KairosController(LEVELS).decide(liftable).boost
-
-
-def test_held_agents_still_trigger_the_draining_boost() -> None:
-    waiting = AgentView("p", 0.0, estimated_context_tokens=1_000, waiting_since_s=50.0)
-    snap = snapshot((slow("ok", 30.0),), pending=(waiting,))  # held 50 s > grace
-    assert KairosController(LEVELS).decide(snap).boost
+def test_every_decision_carries_its_policy_s_rule_whole() -> None:
+    s = snapshot()
+    assert KairosController(FIVE_LEVELS).decide(s).rule is KAIROS.rule
+    assert make_controller("kairos-alg1", FIVE_LEVELS).decide(s).rule is KAIROS_ALG1.rule
+    assert make_controller("no-control", FIVE_LEVELS).decide(s).rule is ADMIT_ALL
+    tighter = make_controller("kairos", FIVE_LEVELS, Intents(beta=0.9, gamma=0.8))
+    assert tighter.decide(s).rule == AdmissionRule(beta=0.9, gamma=0.8)

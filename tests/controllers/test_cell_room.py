@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controllers.admission import AdmissionRule, InstanceGate, admits_now
+from controllers.admission import ADMIT_ALL, AdmissionRule, InstanceGate, admits_now
 from controllers.cell_room import cell_has_room
 from controllers.placement import InstanceLoad
 
@@ -44,7 +44,7 @@ def test_a_held_agent_or_a_deferring_daemon_closes_an_instance() -> None:
 
 def test_unknown_capacity_or_no_admission_control_always_has_room() -> None:
     assert cell_has_room([gate("i0", 50_000, capacity=0)], [9_000] * 5, 3_000, RULE)
-    assert cell_has_room([gate("i0", 9_900, admission_control=False)], [], 3_000, RULE)
+    assert cell_has_room([gate("i0", 9_900, rule=ADMIT_ALL)], [], 3_000, RULE)
 
 
 @given(

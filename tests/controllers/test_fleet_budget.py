@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from controllers import ControlDecision, FrequencyLevels, ModelReport
+from controllers import Cap, ControlDecision, FrequencyLevels, ModelReport, Reason
 from controllers.errors import InvalidConfigError
 from controllers.fleet_budget import FleetBudget, FleetBudgetConfig, InstancePower
 
@@ -17,7 +17,10 @@ def _view(
     name: str, level: int, power_w: float, slack: float | None = None, measured_level: int = 8
 ) -> InstancePower:
     report = None if slack is None else ModelReport({lv: slack for lv in range(1, 9)})
-    d = ControlDecision(epoch=1, level=level, clock_mhz=LEVELS.clock_of(level), report=report)
+    d = ControlDecision(
+        epoch=1, level=level, clock_mhz=LEVELS.clock_of(level), reason=Reason.CONTEXT,
+        report=report,
+    )  # fmt: skip
     return InstancePower(name, LEVELS, d, power_w, LEVELS.clock_of(measured_level))
 
 
@@ -36,7 +39,8 @@ def test_lowers_the_instance_with_most_slack_first() -> None:
     assert out.decisions["loose"].level < out.decisions["tight"].level == 8
     assert out.predicted_power_w <= 700.0
     assert not out.conflict
-    assert out.decisions["loose"].reason.startswith("fleet-cap")
+    loose = out.decisions["loose"]
+    assert loose.cap is Cap.FLEET and loose.label == f"fleet-cap({loose.reason})"
 
 
 def test_reserved_power_is_taken_out_of_the_cap() -> None:
@@ -57,6 +61,7 @@ def test_never_lowers_below_an_instance_efficient_floor() -> None:
         epoch=1,
         level=8,
         clock_mhz=1785,
+        reason=Reason.SLO_BOOST,
         report=ModelReport({7: 1.0}, efficient_floor_level=3),
     )
     floored = InstancePower("f", LEVELS, d, 380.0, 1785)

@@ -12,7 +12,7 @@ from controllers import (
     levels_for,
     make_controller,
 )
-from controllers.types import AgentView
+from controllers.testing import agent, snapshot
 
 H100 = list(range(210, 1981, 15))
 
@@ -55,8 +55,8 @@ def test_snap_and_level_of() -> None:
 
 
 def _pending_snapshot() -> InstanceSnapshot:
-    pend = (AgentView("a", 0.0), AgentView("b", 1.0))
-    return InstanceSnapshot(now_s=2.0, epoch=3, capacity_tokens=10, pending=pend)
+    return snapshot(pending=(agent("a"), agent("b", arrival_s=1.0)), now_s=2.0, epoch=3,
+                    capacity_tokens=10)  # fmt: skip
 
 
 def test_no_control_runs_max_clock_and_admits_everyone() -> None:
@@ -79,7 +79,7 @@ def test_levels_for_adaptive_policies_and_baselines() -> None:
         assert levels_for(baseline, H100).clocks_mhz == tuple(H100)
     assert (
         make_controller("fixed:900", levels_for("fixed:900", H100))
-        .decide(InstanceSnapshot(now_s=0, epoch=0, capacity_tokens=1))
+        .decide(snapshot(epoch=0, capacity_tokens=1))
         .clock_mhz
         == 900
     )

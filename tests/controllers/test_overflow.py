@@ -12,7 +12,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controllers import InstanceLoad
-from controllers.admission import AdmissionRule, InstanceGate, holds_overflow, overflow_target
+from controllers.admission import (
+    ADMIT_ALL,
+    AdmissionRule,
+    InstanceGate,
+    holds_overflow,
+    overflow_target,
+)
 from tests.branches import Branches
 
 CAP = 100_000
@@ -125,11 +131,10 @@ def test_held_back_only_when_the_request_overflows_beside_running_ones() -> None
     assert not holds_overflow(0, 200_000, here, RULE)
 
 
-def test_nobody_is_held_back_without_admission_control_or_with_the_rule_off() -> None:
+def test_nobody_is_held_back_without_admission_control() -> None:
     here = gate("i0", 0, 130_000)
     assert not holds_overflow(50_000, 60_000, here, AdmissionRule(enabled=False))
-    assert not holds_overflow(50_000, 60_000, here, AdmissionRule(hold_overflow=False))
-    free = dataclasses.replace(here, admission_control=False)  # no-control, fixed clocks
+    free = dataclasses.replace(here, rule=ADMIT_ALL)  # no-control, fixed clocks
     assert not holds_overflow(50_000, 60_000, free, RULE)
     unknown = gate("i0", 0, 130_000)
     unknown = dataclasses.replace(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -9,16 +10,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controllers import (
+    KAIROS,
     AgentView,
     ControlDecision,
     FrequencyLevels,
     InstanceSnapshot,
-    KairosConfig,
     KairosController,
     make_controller,
 )
 from controllers.errors import InvalidConfigError
+from controllers.kairos import PREDICTIVE_NETS
 from controllers.predictive import PredictiveConfig, PredictiveController, confident_positive
+from controllers.testing import agent, snapshot
 from tests.branches import Branches
 from tests.controllers.conftest import synthetic_observations
 
@@ -28,27 +31,16 @@ CAP = 500_000
 
 def _agents(tputs: list[float], ctx: int = 10_000) -> tuple[AgentView, ...]:
     return tuple(
-        AgentView(
-            agent_id=f"a{i}",
-            arrival_s=0.0,
-            context_tokens=ctx,
-            decode_tokens=int(t * 100),
-            llm_time_s=100.0,
-            completed_steps=5,
-        )
+        agent(f"a{i}", ctx, decode_tokens=int(t * 100), llm_time_s=100.0, steps=5)
         for i, t in enumerate(tputs)
     )
 
 
 def _snap(epoch: int, tputs: list[float], clock: int, obs: int = 0) -> InstanceSnapshot:
-    return InstanceSnapshot(
-        now_s=5.0 * epoch + 1000.0,
-        epoch=epoch,
-        capacity_tokens=CAP,
-        ongoing=_agents(tputs),
-        clock_mhz=clock,
-        observations=tuple(synthetic_observations(obs, seed=epoch, t0=epoch * 1000.0)),
-    )
+    snap = snapshot(*_agents(tputs), now_s=5.0 * epoch + 1000.0, epoch=epoch,
+                    capacity_tokens=CAP, clock_mhz=clock)  # fmt: skip
+    observations = tuple(synthetic_observations(obs, seed=epoch, t0=epoch * 1000.0))
+    return dataclasses.replace(snap, observations=observations)
 
 
 def _warm(ctrl: PredictiveController, clock: int, tputs: list[float]) -> int:
@@ -61,7 +53,7 @@ def _warm(ctrl: PredictiveController, clock: int, tputs: list[float]) -> int:
 def test_registry_builds_predictive() -> None:
     ctrl = make_controller("predictive", LEVELS)
     assert ctrl.name == "predictive"
-    assert ctrl.admission_control
+    assert ctrl.rule.enabled and ctrl.rule is KAIROS.rule
 
 
 def test_follows_kairos_until_warm() -> None:
@@ -71,7 +63,7 @@ def test_follows_kairos_until_warm() -> None:
     d = ctrl.decide(snap)
     k = kairos.decide(snap)
     assert (d.level, d.admit, d.defer_admissions) == (k.level, k.admit, k.defer_admissions)
-    assert d.reason.startswith("warmup")
+    assert d.warmup and d.reason is k.reason and d.label == f"warmup-{k.reason}"
 
 
 def test_steps_down_only_after_confidence_and_cooldown() -> None:
@@ -95,7 +87,7 @@ def test_steps_down_only_after_confidence_and_cooldown() -> None:
 
 def test_steps_up_at_once_when_predicted_below_slo() -> None:
     cfg = PredictiveConfig(future_share=1.0, kairos_ceiling=False)
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0), cfg)
+    ctrl = PredictiveController(LEVELS, config=cfg)
     epoch = _warm(ctrl, 975, [80.0])
     # At 975 MHz the slowest agent makes 21.9 tok/s: above τ (no KAIROS boost) but
     # below τ·(1+margin) = 22, so the controller must raise the clock now.
@@ -109,8 +101,8 @@ def test_kairos_ceiling_caps_proactive_steps_up() -> None:
     """With the ceiling (default) a predicted shortfall raises the clock only up
     to KAIROS's context level; τ itself stays guarded by the boost."""
     cfg = PredictiveConfig(future_share=1.0)
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0), cfg)
-    kairos = KairosController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    ctrl = PredictiveController(LEVELS, config=cfg)
+    kairos = KairosController(LEVELS)
     epoch = _warm(ctrl, 975, [80.0])
     snap = _snap(epoch, [21.9, 60.0], 975)
     d, k = ctrl.decide(snap), kairos.decide(snap)
@@ -137,41 +129,23 @@ def _nearly_full(
     return calm, full, epoch + 2
 
 
-def test_follows_kairos_to_the_top_when_the_cache_is_nearly_full() -> None:
-    """With ``context_high_top``, ``U ≥ α·U_max`` is a KAIROS safety net the
-    prediction cannot override, even with ample throughput slack; afterwards the
-    controller resumes its level."""
-    ctrl = PredictiveController(
-        LEVELS, KairosConfig(slo_tok_s=20.0), PredictiveConfig(context_high_top=True)
-    )
-    calm, full, next_epoch = _nearly_full(ctrl)
-    d = ctrl.decide(full)
-    assert d.level == LEVELS.count and d.reason == "context-high" and not d.boost
-    after = ctrl.decide(_snap(next_epoch, [200.0, 200.0], d.clock_mhz))
-    assert after.level == calm.level
-
-
 def test_without_the_eq8_net_the_context_margin_alone_raises_the_clock() -> None:
-    """The default (``context_high_top`` off): no jump to the top; the context margin
-    (no level keeps ``U`` under ``α·U_max``) raises the clock, capped by KAIROS's own
-    level."""
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    """No Eq. 8 jump to the top (``context_high_top``, measured and not adopted,
+    is gone): the context margin (no level keeps ``U`` under ``α·U_max``) raises the
+    clock, capped by KAIROS's own level."""
+    ctrl = PredictiveController(LEVELS)
     calm, full, _ = _nearly_full(ctrl)
-    base = KairosController(LEVELS, KairosConfig(slo_tok_s=20.0)).decide(full)
+    base = KairosController(LEVELS).decide(full)
     d = ctrl.decide(full)
     assert d.reason == "predicted-slo-up" and not d.boost
     assert calm.level < d.level <= base.level
 
 
 def test_idle_contexts_do_not_pin_the_top_clock_without_pressure() -> None:
-    """As KAIROS's level (docs/control-law.md, point 6), the ``U ≥ α·U_max`` net
-    counts sessions sitting in tool calls only under pressure: idle long contexts
-    do not pin the top clock, a held agent brings the net back (on the Claude
-    Code trace idle contexts pinned it). The context margin, a thrashing guard
-    like admission, still counts them; the KAIROS ceiling bounds what it asks."""
-    ctrl = PredictiveController(
-        LEVELS, KairosConfig(slo_tok_s=20.0), PredictiveConfig(context_high_top=True)
-    )
+    """Long contexts sitting in tool calls do not pin the top clock (on the Claude
+    Code trace idle contexts pinned it). The context margin, a thrashing guard like
+    admission, still counts them; the KAIROS ceiling bounds what it asks."""
+    ctrl = PredictiveController(LEVELS)
     epoch = _warm(ctrl, 660, [200.0])
     calm = ctrl.decide(_snap(epoch, [200.0, 200.0], 660))
     now = 5.0 * (epoch + 1) + 1000.0
@@ -184,19 +158,13 @@ def test_idle_contexts_do_not_pin_the_top_clock_without_pressure() -> None:
     d = ctrl.decide(quiet)
     assert d.reason != "context-high" and d.level < LEVELS.count
     assert d.report is not None and d.report.slo_margin_by_level[1] < 0
-    held = AgentView("new", now, None, estimated_context_tokens=20_000, waiting_since_s=now)
-    pressed = InstanceSnapshot(
-        now + 5.0, epoch + 2, CAP, ongoing=idle, pending=(held,), clock_mhz=d.clock_mhz
-    )
-    d2 = ctrl.decide(pressed)
-    assert d2.level == LEVELS.count and d2.reason == "context-high"
 
 
 def test_returns_to_its_level_after_a_boost() -> None:
     """A boost is a safety net, not an operating point: once nobody is under τ
     the controller resumes the level it held, instead of walking down from the top."""
     cfg = PredictiveConfig(kairos_ceiling=False)
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0), cfg)
+    ctrl = PredictiveController(LEVELS, config=cfg)
     epoch = _warm(ctrl, 975, [80.0])
     before = ctrl.decide(_snap(epoch, [80.0, 90.0], 975))
     boosted = ctrl.decide(_snap(epoch + 1, [12.0, 90.0], before.clock_mhz))
@@ -207,26 +175,10 @@ def test_returns_to_its_level_after_a_boost() -> None:
 
 
 def test_keeps_kairos_boost() -> None:
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+    ctrl = PredictiveController(LEVELS)
     epoch = _warm(ctrl, 975, [80.0])
     d = ctrl.decide(_snap(epoch, [12.0, 60.0], 975))
     assert d.boost and d.level == LEVELS.count
-
-
-def test_sized_boost_stops_below_the_top_when_the_model_says_it_suffices() -> None:
-    """With ``sized_boost`` an agent just under τ is lifted by the lowest level the
-    model predicts enough, not the maximum (off by default: docs/beyond.md)."""
-    kcfg = KairosConfig(slo_tok_s=20.0)
-    sized = PredictiveController(LEVELS, kcfg, PredictiveConfig(sized_boost=True))
-    full = PredictiveController(LEVELS, kcfg)
-    for ctrl in (sized, full):
-        epoch = _warm(ctrl, 660, [80.0])
-        ctrl.decide(_snap(epoch, [80.0, 90.0], 660))
-    d_sized = sized.decide(_snap(epoch + 1, [19.5, 90.0], 660))
-    d_full = full.decide(_snap(epoch + 1, [19.5, 90.0], 660))
-    assert d_sized.boost and d_full.boost
-    assert d_full.level == LEVELS.count
-    assert 1 < d_sized.level < LEVELS.count
 
 
 def test_context_projection_blocks_lower_clocks() -> None:
@@ -269,7 +221,7 @@ def test_little_projection_no_clock_can_hold_is_left_to_admission() -> None:
     top = LEVELS.count
     margins = {}
     for left in (0, 5):  # with the warm-up agent: λ̂·Ŵ·C̄ = 2·C and 7·C
-        ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=20.0))
+        ctrl = PredictiveController(LEVELS)
         epoch = _warm(ctrl, 660, [200.0])
         d = ctrl.decide(_after_departures(ctrl, epoch, left, int(0.5 * limit), 660))
         assert d.report is not None
@@ -309,7 +261,7 @@ def test_never_steps_down_without_confidence_and_always_up_when_short() -> None:
     def check(case: tuple[list[float], float], level: int) -> None:
         tputs, slo = case
         cfg = PredictiveConfig(kairos_ceiling=False)
-        ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=slo), cfg)
+        ctrl = PredictiveController(LEVELS, PREDICTIVE_NETS.varied(slo_tok_s=slo), cfg)
         clock = LEVELS.clock_of(level)
         epoch = _warm(ctrl, clock, tputs)
         # Only one margin sample per level exists: a step down is never confident.
@@ -334,8 +286,8 @@ def test_never_steps_down_without_confidence_and_always_up_when_short() -> None:
 def test_with_the_ceiling_never_above_kairos_outside_boosts(
     tputs: list[float], level: int, slo: float
 ) -> None:
-    ctrl = PredictiveController(LEVELS, KairosConfig(slo_tok_s=slo))
-    kairos = KairosController(LEVELS, KairosConfig(slo_tok_s=slo))
+    ctrl = PredictiveController(LEVELS, PREDICTIVE_NETS.varied(slo_tok_s=slo))
+    kairos = KairosController(LEVELS, KAIROS.varied(slo_tok_s=slo))
     clock = LEVELS.clock_of(level)
     epoch = _warm(ctrl, clock, tputs)
     for e in range(epoch, epoch + 5):

@@ -6,13 +6,13 @@ from __future__ import annotations
 import dataclasses
 
 from controllers import (
-    KairosConfig,
     ModelReport,
     PredictiveConfig,
     PredictiveController,
     RequestObservation,
 )
 from controllers.fleet_budget import FleetBudgetConfig
+from controllers.perf_model import PerfModelConfig
 from kairos_common.wire import InstanceState
 from kairosd.snapshot import EpochInputs, build_snapshot, with_clock
 from router.observations import ObservationLog, observation
@@ -78,7 +78,6 @@ def _cluster(policy: str, instances: int, rate: float, budget: FleetBudgetConfig
         policy=policy,
         instances=instances,
         duration_s=1800.0,
-        kairos=KairosConfig(),
         fleet_budget=budget,
     )
     return Cluster(spec.preset, cfg, build_workload(spec), build_arrivals(spec))
@@ -91,7 +90,8 @@ def test_simulator_feeds_the_online_model() -> None:
     assert isinstance(ctrl, PredictiveController)
     assert ctrl.model.ready
     assert ctrl.model.error is not None and ctrl.model.error < 0.5
-    assert any(not e.reason.startswith("warmup") for e in cluster.epochs)
+    assert any(not e.reason.startswith("warmup-") for e in cluster.epochs)
+    assert any(e.reason.startswith("warmup-") for e in cluster.epochs)
 
 
 def test_simulated_fleet_stays_under_its_cap() -> None:
@@ -117,10 +117,14 @@ def test_daemon_exports_model_error() -> None:
     assert 'kairosd_predicted_slo_slack{instance="gpu0"} 0.3' in text
 
 
-def test_simulator_passes_predictive_knobs() -> None:
+def test_simulator_passes_a_research_variant_of_predictive() -> None:
     spec = SimSpec(policy="predictive", rate_per_s=0.02, duration_s=60.0, seed=2)
-    knobs = PredictiveConfig(margin=0.25, cooldown_epochs=7)
-    cfg = ClusterConfig(policy="predictive", duration_s=60.0, predictive=knobs)
+    variant = (("margin", 0.25), ("cooldown_epochs", 7), ("perf.warmup", 20), ("alpha", 0.5))
+    cfg = ClusterConfig(policy="predictive", duration_s=60.0, variant=variant)
     cluster = Cluster(spec.preset, cfg, build_workload(spec), build_arrivals(spec))
     ctrl = cluster.instances[0].controller
-    assert isinstance(ctrl, PredictiveController) and ctrl.config == knobs
+    assert isinstance(ctrl, PredictiveController)
+    assert ctrl.config == PredictiveConfig(
+        margin=0.25, cooldown_epochs=7, perf=PerfModelConfig(warmup=20)
+    )
+    assert ctrl.alpha == 0.5 and ctrl.kairos.policy.setting("alpha") == 0.5

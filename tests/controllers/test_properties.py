@@ -1,4 +1,8 @@
-"""Hypothesis property tests for the control law and placement."""
+"""Hypothesis property tests for the control law as a pipeline of stages, and
+placement: every policy's level stays within its levels, the SLO boost always
+yields the top level, ``kairos-alg1``'s level is Eq. 8–9 exactly, admission is a
+prefix of arrival order within β, and the stages only move the level as they
+document."""
 
 from __future__ import annotations
 
@@ -6,18 +10,23 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from controllers import (
+    KAIROS,
+    KAIROS_ALG1,
     AgentView,
     Consolidating,
     FrequencyLevels,
     InstanceLoad,
     InstanceSnapshot,
-    KairosConfig,
     KairosController,
     LeastContext,
     PlacementRequest,
+    Reason,
     RoundRobin,
 )
-from controllers.kairos import context_level
+from controllers.epoch import agent_context
+from controllers.kairos import KAIROS_NO_TA, PREDICTIVE_NETS
+from controllers.stages import context_level
+from controllers.testing import snapshot
 
 levels_st = st.lists(st.integers(100, 2000), min_size=1, max_size=20, unique=True).map(
     lambda xs: FrequencyLevels(tuple(sorted(xs)))
@@ -46,27 +55,61 @@ agents_st = st.lists(
         decode_tokens=st.integers(0, 10_000),
         llm_time_s=st.floats(0, 1000),
         completed_steps=st.integers(0, 50),
+        in_flight=st.booleans(),
+        last_active_s=st.one_of(st.none(), st.floats(0, 200)),
+        prefill_tokens=st.integers(0, 100_000),
     ),
     max_size=12,
     unique_by=lambda a: a.agent_id,
 )
 
 
-def _snapshot(ongoing: list[AgentView], pending: list[AgentView], cap: int) -> InstanceSnapshot:
+def _snapshot(
+    ongoing: list[AgentView], pending: list[AgentView], cap: int, tier: int = 0
+) -> InstanceSnapshot:
     pending_sorted = tuple(sorted(pending, key=lambda a: a.arrival_s))
-    return InstanceSnapshot(
-        now_s=200.0, epoch=0, capacity_tokens=cap, ongoing=tuple(ongoing), pending=pending_sorted
-    )
+    return snapshot(*ongoing, pending=pending_sorted, now_s=200.0, epoch=0, capacity_tokens=cap,
+                    offload_tokens=tier)  # fmt: skip
 
 
-@given(levels_st, cap_st, agents_st, agents_st, st.floats(0, 100))
-def test_boost_always_yields_max_level(
-    levels: FrequencyLevels, cap: int, on: list[AgentView], pend: list[AgentView], slo: float
+LAWS = (KAIROS, KAIROS_ALG1, KAIROS_NO_TA, PREDICTIVE_NETS)
+
+
+@given(
+    levels_st, cap_st, agents_st, agents_st, st.floats(0, 100), st.integers(0, 10**7),
+    st.sampled_from(LAWS),
+)  # fmt: skip
+def test_every_policy_keeps_its_levels_and_the_boost_is_the_top(
+    levels: FrequencyLevels,
+    cap: int,
+    on: list[AgentView],
+    pend: list[AgentView],
+    slo: float,
+    tier: int,
+    law: object,
 ) -> None:
-    d = KairosController(levels, KairosConfig(slo_tok_s=slo)).decide(_snapshot(on, pend, cap))
+    policy = law.varied(slo_tok_s=slo)  # type: ignore[attr-defined]
+    d = KairosController(levels, policy).decide(_snapshot(on, pend, cap, tier))
+    assert 1 <= d.level <= levels.count and d.clock_mhz == levels.clock_of(d.level)
     if d.boost:
         assert d.level == levels.count and d.clock_mhz == levels.max_mhz
-    assert d.clock_mhz in levels.clocks_mhz
+        assert d.reason is Reason.SLO_BOOST
+    assert d.rule is policy.rule
+
+
+@given(levels_st, cap_st, agents_st, agents_st, st.integers(0, 10**7))
+def test_alg1_s_level_is_eq_8_9_exactly(
+    levels: FrequencyLevels, cap: int, on: list[AgentView], pend: list[AgentView], tier: int
+) -> None:
+    """Algorithm 1 as the paper states it: the level of Eq. 8–9 over every ongoing
+    context (whatever their activity, the tier, the queued prefill), or the top one
+    when the SLO boost fires."""
+    snap = _snapshot(on, pend, cap, tier)
+    d = KairosController(levels, KAIROS_ALG1).decide(snap)
+    usage = sum(agent_context(a) for a in snap.ongoing)
+    eq9 = context_level(usage, cap, levels.count, 0.75)
+    assert d.level == (levels.count if d.boost else eq9)
+    assert d.level_tokens == d.usage_tokens == usage
 
 
 @given(levels_st, cap_st, agents_st, agents_st)
@@ -83,14 +126,14 @@ def test_admission_is_a_prefix_of_arrival_order(
 def test_no_admission_while_above_beta(
     levels: FrequencyLevels, cap: int, on: list[AgentView], pend: list[AgentView]
 ) -> None:
-    ctrl = KairosController(levels)
+    ctrl = KairosController(levels, KAIROS_ALG1)  # every context counts towards admission
     snap = _snapshot(on, pend, cap)
     d = ctrl.decide(snap)
-    if d.usage_tokens > ctrl.config.beta * cap:
+    if d.usage_tokens > ctrl.rule.beta * cap:
         assert d.admit == () and d.defer_admissions
     if d.usage_tokens > 0 and d.admit:
-        admitted = sum(ctrl.agent_context(a) for a in snap.pending if a.agent_id in d.admit)
-        assert d.usage_tokens + admitted <= ctrl.config.beta * cap
+        admitted = sum(agent_context(a) for a in snap.pending if a.agent_id in d.admit)
+        assert d.usage_tokens + admitted <= ctrl.rule.beta * cap
 
 
 loads_st = st.lists(

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 
 from kairos_common.credentials import LIFECYCLE_FILE, discover_credential
 from kairos_common.identity import compose_key
+from kairos_common.testing import free_port
 from kairos_common.wire import AgentStart
 from kairosd.testing import ScriptedVllm
 from router.config import TimeoutSettings
@@ -53,12 +53,6 @@ async def test_hung_backend_opens_the_breaker_and_traffic_moves(
         await router.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _router_proc(backend: str, port: int, state: Path) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "router.cli", "run", "--backend", backend, "--port", str(port),
@@ -87,7 +81,7 @@ async def _json(s: aiohttp.ClientSession, method: str, url: str, **kw: Any) -> t
 async def test_router_sigkill_restart_keeps_agents_and_nothing_ended_returns(
     backends: list[FakeBackend], tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     state = tmp_path / "state"
     proc = await _router_proc(backends[0].url, port, state)

@@ -12,6 +12,7 @@ import aiohttp
 import pytest
 
 from kairos_common.identity import compose_key
+from kairos_common.testing import decision
 from router.testing import FakeBackend, RunningRouter, start_router
 
 ADMIN = "/kairos/v1/admin/instances"
@@ -39,14 +40,18 @@ async def call(
 
 
 def _decision(instance: str, epoch: int, **extra: Any) -> dict[str, Any]:
-    return {
-        "instance": instance,
-        "daemon_id": "d",
-        "daemon_start_unix_s": time.time() - 10,
-        "epoch": epoch,
-        "valid_for_s": 30.0,
-        **extra,
-    }
+    body = decision(
+        instance, epoch, daemon_id="d", start_unix_s=time.time() - 10, valid_for_s=30.0
+    ).to_json()
+    for name, value in extra.items():  # the admission and measured parts' fields by name
+        part = next((p for p in ("admission", "measured") if name in body[p]), None)
+        if part is not None:
+            body[part][name] = value
+        elif name == "measured_power_w":
+            body["measured"]["power_w"] = value
+        else:
+            body[name] = value
+    return body
 
 
 async def test_an_agent_on_loopback_cannot_add_a_backend(

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from kairos_common.errors import WireFormatError
+from kairos_common.testing import decision
 from kairos_common.views import ModelReport
 from kairos_common.wire import (
     AdmissionDecision,
@@ -17,21 +18,42 @@ from kairos_common.wire import (
     InstanceState,
 )
 
-GOOD = {"instance": "i0", "daemon_id": "d", "daemon_start_unix_s": 1.7e9, "epoch": 3}
+PART = {
+    "admit": ("admission", "admit"),
+    "capacity_tokens": ("admission", "capacity_tokens"),
+    "offload_tokens": ("admission", "offload_tokens"),
+    "clock_mhz": ("clock", "clock_mhz"),
+    "report": ("clock", "report"),
+    "levels_mhz": ("clock", "levels_mhz"),
+    "min_throughput_tok_s": ("clock", "min_throughput_tok_s"),
+    "measured_power_w": ("measured", "power_w"),
+    "measured_clock_mhz": ("measured", "clock_mhz"),
+    "energy_total_j": ("measured", "energy_total_j"),
+}
+"""Where each field of the decision sits in its typed parts."""
 
 
 def _decision(**fields: Any) -> dict[str, Any]:
-    return {**GOOD, **fields}
+    """A valid decision's JSON with ``fields`` put where they belong."""
+    body = decision("i0", 3, start_unix_s=1.7e9).to_json()
+    for name, value in fields.items():
+        if name in PART:
+            part, key = PART[name]
+            body[part][key] = value
+        else:
+            body[name] = value
+    return body
 
 
 def test_a_normal_decision_round_trips() -> None:
-    d = AdmissionDecision(
-        instance="i0", daemon_id="d", daemon_start_unix_s=1.7e9, epoch=3,
-        admit=("a",), capacity_tokens=1000, clock_mhz=1410, valid_for_s=15.0,
-        report=ModelReport({1: 0.2}, model_error=0.1), levels_mhz=(810, 1410),
-        measured_power_w=350.0, measured_clock_mhz=1410, min_throughput_tok_s=22.5,
+    d = decision(
+        "i0", 3, daemon_id="d", start_unix_s=1.7e9, admit=("a",), capacity_tokens=1000,
+        clock_mhz=1410, valid_for_s=15.0, report=ModelReport({1: 0.2}, model_error=0.1),
+        levels_mhz=(810, 1410), power_w=350.0, measured_clock_mhz=1410,
+        min_throughput_tok_s=22.5,
     )  # fmt: skip
     assert AdmissionDecision.from_json(json.loads(json.dumps(d.to_json()))) == d
+    assert AdmissionDecision.from_json(_decision()) == decision("i0", 3, start_unix_s=1.7e9)
 
 
 @pytest.mark.parametrize(
@@ -66,6 +88,11 @@ def test_a_normal_decision_round_trips() -> None:
         {"admit": ["x" * 300]},
         {"daemon_id": "d" * 5000},
         {"measured_clock_mhz": -3},
+        {"energy_total_j": 1e300},
+        {"offload_tokens": -1},
+        {"admission": {"rule": {"beta": 1e300}}},
+        {"admission": "all"},
+        {"clock": [1410]},
     ],
 )
 def test_decisions_with_absurd_numbers_are_refused(fields: dict[str, Any]) -> None:
@@ -109,5 +136,5 @@ def test_python_json_nan_literals_are_refused() -> None:
     """``json.loads`` accepts ``NaN``/``Infinity``; the wire must not."""
     obj = json.loads('{"instance": "i0", "daemon_id": "d", "epoch": 1, '
                      '"daemon_start_unix_s": Infinity}')  # fmt: skip
-    with pytest.raises(WireFormatError):
-        AdmissionDecision.from_json(obj)
+    with pytest.raises(WireFormatError, match="daemon_start_unix_s"):
+        AdmissionDecision.from_json({**_decision(), **obj})

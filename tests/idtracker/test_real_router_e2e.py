@@ -9,7 +9,6 @@ per-agent records when id-tracker reports each agent's end.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from idtracker.testing import StandInRouter
+from kairos_common.testing import free_port
 from tests.idtracker.conftest import REPO, USER_KEY, agent, run_tracker
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(60)]
@@ -29,12 +29,6 @@ def _router_cmd() -> list[str]:
     if script.exists():
         return [str(script)]
     return [sys.executable, "-c", "from router.cli import main; main()"]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -50,7 +44,7 @@ def real_router(
 ) -> Iterator[tuple[str, Path]]:
     """A ``kairos-router run`` process; yields its URL and its records file."""
     records = tmp_path / "agents.jsonl"
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             *_router_cmd(),

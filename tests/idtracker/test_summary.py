@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from idtracker.summary import energy_text, missing_line, summary_line
@@ -56,14 +58,14 @@ def test_no_summary_unless_asked(router: StandInRouter, base_env: dict[str, str]
 
 
 def test_summary_line_says_what_is_not_final_or_not_measured() -> None:
-    so_far = AgentSummary(**{**BILL.to_json(), "final": False, "energy_j": 532.0})
+    so_far = dataclasses.replace(BILL, final=False, energy_j=532.0)
     assert "energy so far 532 J (0.148 Wh, 0.011 J/output token); the router's record" in (
         summary_line(so_far)
     )
-    unmeasured = AgentSummary(**{**BILL.to_json(), "energy_j": None, "slo_met": False})
+    unmeasured = dataclasses.replace(BILL, energy_j=None, slo_met=False)
     line = summary_line(unmeasured)
     assert "SLO 20 missed" in line and "energy not measured" in line
-    silent = AgentSummary(**{**BILL.to_json(), "throughput_tok_s": None, "decode_tokens": 0})
+    silent = dataclasses.replace(BILL, throughput_tok_s=None, decode_tokens=0)
     assert "no throughput" in summary_line(silent) and "J/output token" not in summary_line(silent)
     assert [energy_text(j) for j in (0.5, 999.0, 1500.0, 3.2e6)] == [
         "0.5 J", "999 J", "1.5 kJ", "3.2 MJ",

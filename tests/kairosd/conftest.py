@@ -1,12 +1,13 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 import pytest
 
+from controllers.registry import make_controller
 from controllers.types import AgentView
 from kairos_common.testing import ManualClock
 from kairosd.config import KairosdConfig
@@ -78,10 +79,13 @@ async def make_daemon(
     clock: ManualClock,
     router_urls: list[str] | None = None,
     router_token: str | None = None,
+    variant: Mapping[str, Any] | None = None,
     **overrides: Any,
 ) -> Daemon:
     """A daemon on the sim backend against the fakes, driven epoch by epoch
-    (``router_urls``: several router URLs, instead of ``router``'s alone)."""
+    (``router_urls``: several router URLs, instead of ``router``'s alone);
+    ``variant`` changes constants of its policy in code (research variants, which
+    no configuration can set)."""
     urls = router_urls or ([router.url] if router else [])
     cfg = KairosdConfig(
         instance="gpu0",
@@ -101,10 +105,13 @@ async def make_daemon(
     link = None
     if urls:
         link = RouterClient(session, urls, cfg.instance, cfg.http_timeout_s, router_token)
+    controller = await build_controller(backend, cfg)
+    if variant:
+        controller = make_controller(cfg.policy, controller.levels, cfg.kairos, variant)
     return Daemon(
         cfg,
         backend=backend,
-        controller=await build_controller(backend, cfg),
+        controller=controller,
         vllm=VllmClient(session, vllm.url, cfg.http_timeout_s),
         router=link,
         sink=ListSink(),

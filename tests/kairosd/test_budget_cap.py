@@ -7,6 +7,7 @@ from __future__ import annotations
 import aiohttp
 import pytest
 
+from controllers.reason import Cap
 from controllers.types import AgentView
 from kairos_common.testing import ManualClock
 from kairosd.testing import FakeRouter, ScriptedVllm
@@ -34,10 +35,10 @@ async def test_cap_lowers_the_clock_to_a_level_and_is_recorded(
     router.ongoing = [busy()]
     router.clock_cap_mhz = 1300  # between levels: snapped down to 1200
     decision = await daemon.run_epoch()
-    assert router.decisions[-1].clock_mhz == CLOCKS[-1]  # the router sees the wish
-    assert router.decisions[-1].levels_mhz == CLOCKS
+    assert router.decisions[-1].clock.clock_mhz == CLOCKS[-1]  # the router sees the wish
+    assert router.decisions[-1].clock.levels_mhz == CLOCKS
     assert decision.clock_mhz == 1200 and vllm.gpus[0].locked_mhz == 1200
-    assert decision.reason.startswith("budget-cap(")
+    assert decision.cap is Cap.BUDGET and decision.label.startswith("budget-cap(")
     clock.advance(EPOCH_S)
     await daemon.run_epoch()
     sink = daemon.sink
@@ -46,8 +47,8 @@ async def test_cap_lowers_the_clock_to_a_level_and_is_recorded(
     assert first.target_clock_mhz == 1200 and first.reason.startswith("budget-cap:")
     # The second post reports what epoch 0 drew, at the capped clock.
     sent = router.decisions[-1]
-    assert sent.measured_clock_mhz == 1200
-    assert sent.measured_power_w == pytest.approx(100 + 0.3 * 1200)
+    assert sent.measured.clock_mhz == 1200
+    assert sent.measured.power_w == pytest.approx(100 + 0.3 * 1200)
     text = daemon.metrics.render().decode()
     assert 'kairosd_clock_cap_mhz{instance="gpu0"} 1300.0' in text
     assert 'kairosd_budget_capped_epochs_total{instance="gpu0"} 2.0' in text
@@ -70,7 +71,7 @@ async def test_cap_wins_over_the_slo_boost_and_conflict_is_exported(
     router.ongoing = [busy(10_000, tput=12.0)]  # below the SLO, liftable: boost to max
     router.clock_cap_mhz, router.budget_conflict = 1000, True
     decision = await daemon.run_epoch()
-    assert router.decisions[-1].boost and router.decisions[-1].clock_mhz == CLOCKS[-1]
+    assert router.decisions[-1].clock.boost and router.decisions[-1].clock.clock_mhz == CLOCKS[-1]
     assert decision.boost and decision.clock_mhz == 1000
     assert vllm.gpus[0].locked_mhz == 1000
     assert 'kairosd_budget_conflict{instance="gpu0"} 1.0' in daemon.metrics.render().decode()
@@ -83,7 +84,7 @@ async def test_clock_below_the_cap_is_left_alone(
     router.ongoing = [busy(20_000)]
     router.clock_cap_mhz = 1400
     decision = await daemon.run_epoch()
-    assert decision.clock_mhz == 1000 and "budget-cap" not in decision.reason
+    assert decision.clock_mhz == 1000 and decision.cap is None
 
 
 async def test_cap_lapses_with_the_router_then_failsafe_runs_uncapped(
@@ -102,7 +103,7 @@ async def test_cap_lapses_with_the_router_then_failsafe_runs_uncapped(
         clock.advance(EPOCH_S)
         last = await daemon.run_epoch()
     assert daemon.cap.cap_mhz is None
-    assert last.clock_mhz == CLOCKS[-1] and "budget-cap" not in last.reason
+    assert last.clock_mhz == CLOCKS[-1] and last.cap is None
     assert vllm.gpus[0].locked_mhz == CLOCKS[-1]
     assert 'kairosd_clock_cap_mhz{instance="gpu0"} 0.0' in daemon.metrics.render().decode()
 
@@ -143,4 +144,4 @@ async def test_observe_mode_reports_power_but_offers_no_levels(
     clock.advance(EPOCH_S)
     await daemon.run_epoch()
     sent = router.decisions[-1]
-    assert sent.levels_mhz == () and sent.measured_power_w is not None
+    assert sent.clock.levels_mhz == () and sent.measured.power_w is not None

@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 
 from controllers.frequency import FrequencyLevels
+from controllers.policy import Intents
 from controllers.predictive import PredictiveController
 from controllers.registry import make_controller
 from kairos_common.errors import ConfigError
@@ -31,12 +32,12 @@ def test_config_layers_toml_env_flags(tmp_path: Path) -> None:
     path = tmp_path / "gpu0.toml"
     path.write_text(
         'instance = "gpu0"\nvllm_url = "http://127.0.0.1:8000"\ngpus = [0, 1]\n'
-        "epoch_s = 4.0\n[kairos]\nalpha = 0.7\n"
+        "epoch_s = 4.0\n[kairos]\nbeta = 0.97\n"
     )
     env = {"KAIROSD_EPOCH_S": "6", "KAIROSD_KAIROS__SLO_TOK_S": "35"}
     cfg = load_daemon_config(path, env=env, overrides={"policy": "no-control", "epoch_s": None})
     assert cfg.gpus == (0, 1) and cfg.epoch_s == 6.0 and cfg.policy == "no-control"
-    assert cfg.kairos.alpha == 0.7 and cfg.kairos.slo_tok_s == 35.0
+    assert cfg.kairos == Intents(slo_tok_s=35.0, beta=0.97)
     assert cfg.listen_host == "127.0.0.1" and cfg.standalone
 
 
@@ -47,9 +48,10 @@ def test_config_layers_toml_env_flags(tmp_path: Path) -> None:
         {"epoch_s": 0.5, "http_timeout_s": 1.0},  # an explicit timeout must fit the epoch
         {"gpus": "-1"},
         {"typo_key": 1},
-        {"kairos": {"beta": 0.5}},  # gamma 0.9 > beta
-        {"predictive": {"min_samples": 1}},  # the 2·SE rule needs two samples
-        {"predictive": {"perf": {"warmup": "soon"}}},
+        {"kairos": {"beta": 0.5}},  # kairos's gamma 0.95 > beta
+        {"kairos": {"slo_tok_s": -1.0}},
+        {"policy": "kairos-paper"},  # renamed
+        {"sim_speedup": 0.0},
         {"gpu_backend": "observe", "require_control": True},
     ],
 )
@@ -85,18 +87,44 @@ def test_kv_sizes_from_toml_and_env(tmp_path: Path) -> None:
     assert default.kv_bytes_per_token == 2 * 48 * 4 * 128 * 2 and default.kv_offloading_gib is None
 
 
-async def test_predictive_knobs_reach_the_controller(
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("[kairos]\nalpha = 0.7\n", "kairos.alpha was removed: a constant of the law"),
+        ("[kairos]\nbusy_ceiling = true\n", "kairos.busy_ceiling was removed: not adopted"),
+        ("[kairos]\nmake_room = false\n", "kairos.make_room was removed: a departure measured"),
+        ("[predictive]\nmargin = 0.2\n", "predictive was removed: the predictive policy's"),
+        ("decision_valid_epochs = 2\n", "decision_valid_epochs was removed"),
+    ],
+)
+def test_a_removed_key_says_what_replaced_it(tmp_path: Path, text: str, says: str) -> None:
+    path = tmp_path / "gpu0.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_daemon_config(path, env={})
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        ({"KAIROSD_KAIROS__IDLE_AFTER_S": "5"}, "__IDLE_AFTER_S: kairos.idle_after_s was removed"),
+        ({"KAIROSD_PREDICTIVE__PERF__WARMUP": "5"}, "predictive was removed"),
+    ],
+)
+def test_a_removed_variable_says_what_replaced_it(env: dict[str, str], says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        load_daemon_config(None, env=env)
+
+
+async def test_the_operator_s_intents_reach_the_controller(
     tmp_path: Path, vllm: ScriptedVllm, session: aiohttp.ClientSession
 ) -> None:
     path = tmp_path / "gpu0.toml"
-    path.write_text(
-        'policy = "predictive"\n[predictive]\nmargin = 0.2\n[predictive.perf]\nwarmup = 80\n'
-    )
-    cfg = load_daemon_config(path, env={"KAIROSD_PREDICTIVE__COOLDOWN_EPOCHS": "5"})
+    path.write_text('policy = "predictive"\n[kairos]\nslo_tok_s = 30.0\ngamma = 0.9\n')
+    cfg = load_daemon_config(path, env={"KAIROSD_KAIROS__BETA": "0.96"})
     ctrl = await build_controller(SimBackend(vllm.url, (0,), session), cfg)
     assert isinstance(ctrl, PredictiveController)
-    assert ctrl.config.margin == 0.2 and ctrl.config.cooldown_epochs == 5
-    assert ctrl.config.perf.warmup == 80
+    assert ctrl.slo_tok_s == 30.0 and (ctrl.rule.beta, ctrl.rule.gamma) == (0.96, 0.9)
 
 
 def test_router_token_file(tmp_path: Path) -> None:

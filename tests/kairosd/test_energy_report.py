@@ -27,7 +27,7 @@ async def test_decisions_carry_the_sum_of_closed_epochs_energy(
     for _ in range(4):
         await daemon.run_epoch()
         clock.advance(5.0)
-    sent = [d.energy_total_j for d in router.decisions]
+    sent = [d.measured.energy_total_j for d in router.decisions]
     assert sent[0] == 0.0  # nothing closed before the first epoch
     assert all(b is not None and a is not None and b > a for a, b in itertools.pairwise(sent))
     sink = daemon.sink

@@ -8,23 +8,27 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
+from structlog.testing import capture_logs
 from zeus.device.gpu.common import ZeusGPUNoPermissionError, ZeusGPUNotSupportedError
 from zeus.utils.zeusd import ZeusdAuthError, ZeusdConnectionError
 
 from controllers.frequency import FrequencyLevels
+from controllers.kairos import KAIROS
 from controllers.registry import make_controller
-from kairos_common.testing import ManualClock
+from kairos_common.testing import ManualClock, decision
 from kairosd.config import KairosdConfig
 from kairosd.errors import (
     GpuError,
     GpuPermissionError,
     GpuTimeoutError,
     GpuUnavailableError,
+    RouterVersionError,
 )
 from kairosd.gpu.observe import ObserveBackend
 from kairosd.gpu.zeus_backend import ZeusBackend, translate_zeus_error
 from kairosd.loop import Daemon
 from kairosd.metrics import DaemonMetrics
+from kairosd.router_client import RouterClient
 from kairosd.startup import prepare_backend
 from kairosd.testing import FakeRouter, FakeZeusGpus, ScriptedVllm
 from kairosd.vllm_client import VllmClient
@@ -257,7 +261,7 @@ class RejectingController:
     """A controller whose decide() refuses the snapshot (e.g. invalid agent data)."""
 
     name = "rejecting"
-    admission_control = True
+    rule = KAIROS.rule
 
     def __init__(self) -> None:
         self.levels = FrequencyLevels.from_supported(CLOCKS)
@@ -277,3 +281,27 @@ async def test_controller_error_fails_safe_instead_of_crashing(
     decision = await daemon.run_epoch()
     assert decision.reason == "controller-error" and decision.clock_mhz == CLOCKS[-1]
     assert router.acks[-1].admitted == ("p",)  # agents are not starved by a bug
+
+
+async def test_a_router_of_another_wire_version_is_said_once_and_fails_safe(
+    vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
+) -> None:
+    """A router of another release refuses the daemon's decisions (HTTP 400 naming
+    the version it speaks) and sends state the daemon refuses: the daemon says so
+    once, in words, and runs as with a router it cannot read (held input, then the
+    fail-safe), never with a half-understood state."""
+    daemon = await make_daemon(vllm, router, session, clock)
+    router.ongoing = [agent("a", 20_000)]
+    await daemon.run_epoch()  # the same release: understood
+    router.wire_version = 1
+    with capture_logs() as logs:
+        for _ in range(4):  # held for stale_epochs (3) epochs, then the fail-safe
+            clock.advance(5.0)
+            await daemon.run_epoch()
+    (said,) = [e for e in logs if e["event"] == "router_speaks_another_wire_version"]
+    assert said["log_level"] == "error"
+    assert "wire version 1 is not supported: this side speaks version 2" in said["error"]
+    assert daemon.failsafe_reason == "router"
+    client = RouterClient(session, router.url, "gpu0", 1.0)
+    with pytest.raises(RouterVersionError, match="this side speaks version 1"):
+        await client.post_decision(decision("gpu0", 9))

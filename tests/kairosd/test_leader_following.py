@@ -35,7 +35,9 @@ async def test_a_dead_first_router_is_passed_over_in_the_same_epoch(
     daemon = await make_daemon(vllm, None, session, clock, router_urls=[dead_url, leader.url])
     await daemon.run_epoch()
     assert daemon.failsafe_reason is None
-    assert [d.admit for d in leader.decisions] == [("p",)]  # decided on the leader's state
+    assert [d.admission.admit for d in leader.decisions] == [
+        ("p",)
+    ]  # decided on the leader's state
 
 
 async def test_a_standby_naming_the_leader_sends_the_daemon_there(

@@ -8,7 +8,7 @@ import math
 import aiohttp
 import pytest
 
-from controllers.kairos import KairosConfig
+from controllers import KAIROS, KAIROS_ALG1, Intents
 from kairos_common.testing import ManualClock
 from kairosd.testing import FakeRouter, ScriptedVllm
 from tests.kairosd.conftest import CLOCKS, ListSink, agent, make_daemon
@@ -27,9 +27,7 @@ def expected_clock(usage: int) -> int:
 async def test_clock_follows_context_law_epoch_by_epoch(
     vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    daemon = await make_daemon(
-        vllm, router, session, clock, kairos=KairosConfig(context_window_s=None)
-    )
+    daemon = await make_daemon(vllm, router, session, clock, variant={"context_window_s": None})
     for usage in (0, 20_000, 40_000, 60_000, 80_000, 10_000):
         router.ongoing = [agent("a", usage // 2), agent("b", usage - usage // 2)]
         await daemon.run_epoch()
@@ -112,7 +110,7 @@ async def test_admission_decisions_reach_the_router_in_order(
     ]
     decision = await daemon.run_epoch()
     # U=50k → 70k → 95k: admission stops once U reaches γ·U_max, in arrival order.
-    assert router.decisions[-1].admit == ("p1", "p2")
+    assert router.decisions[-1].admission.admit == ("p1", "p2")
     assert router.acks[-1].admitted == ("p1", "p2")
     assert [a.agent_id for a in router.pending] == ["p3"]
     assert not decision.boost  # pending agents are inside their grace period
@@ -121,21 +119,26 @@ async def test_admission_decisions_reach_the_router_in_order(
     router.ongoing.append(agent("big", 30_000))  # U now 120k > β·U_max
     await daemon.run_epoch()
     last = router.decisions[-1]
-    assert last.admit == () and last.defer_admissions
+    assert last.admission.admit == () and last.admission.defer
     assert last.order_key > router.decisions[0].order_key
     assert daemon.records[-1].admitted == 2  # epoch 0 closed: two agents admitted
-    assert (last.beta, last.gamma) == (0.98, 0.95)  # its policy's Eq. 13 thresholds
+    assert last.admission.rule == KAIROS.rule  # its policy's whole rule
 
 
-async def test_decisions_carry_the_policys_thresholds(
+async def test_decisions_carry_the_policys_rule(
     vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    """A ``kairos-paper`` daemon sends the paper's β, γ, which the router then admits
-    by on its instance (control-law point 18)."""
-    daemon = await make_daemon(vllm, router, session, clock, policy="kairos-paper")
+    """A ``kairos-alg1`` daemon sends the paper's β, γ and no eviction window, which
+    the router then admits by on its instance (control-law points 14 and 18); an
+    operator's intents reach it too."""
+    daemon = await make_daemon(vllm, router, session, clock, policy="kairos-alg1")
     router.ongoing = [agent("old", 50_000)]
     await daemon.run_epoch()
-    assert (router.decisions[-1].beta, router.decisions[-1].gamma) == (0.95, 0.90)
+    assert router.decisions[-1].admission.rule == KAIROS_ALG1.rule
+    tight = await make_daemon(vllm, router, session, clock, kairos=Intents(beta=0.9, gamma=0.8))
+    await tight.run_epoch()
+    rule = router.decisions[-1].admission.rule
+    assert (rule.beta, rule.gamma, rule.evictable_after_s) == (0.9, 0.8, 60.0)
 
 
 async def test_power_report_pairs_energy_with_the_clock_that_produced_it(
@@ -192,7 +195,8 @@ async def test_baseline_policies(
     router.pending = [agent("p1", 90_000, tput=None), agent("p2", 90_000, tput=None)]
     await daemon.run_epoch()
     assert vllm.gpus[0].locked_mhz == clock_mhz
-    assert router.decisions[-1].admit == ("p1", "p2")
+    assert router.decisions[-1].admission.admit == ("p1", "p2")
+    assert not router.decisions[-1].admission.rule.enabled  # the router holds nobody
 
 
 async def test_prometheus_metrics_reflect_the_epoch(

@@ -11,7 +11,6 @@ import pytest
 from structlog.testing import capture_logs
 
 from controllers.frequency import FrequencyLevels
-from controllers.kairos import KairosConfig
 from controllers.registry import make_controller
 from controllers.types import ControlDecision, Controller, InstanceSnapshot
 from kairos_common.testing import ManualClock
@@ -32,7 +31,7 @@ class RecordingController:
         self.inner = inner
         self.name = inner.name
         self.levels = inner.levels
-        self.admission_control = inner.admission_control
+        self.rule = inner.rule
         self.snapshots: list[InstanceSnapshot] = []
 
     def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
@@ -74,7 +73,7 @@ def test_said_once_per_change_and_silent_when_nobody_says() -> None:
 
 
 def test_a_policy_that_ignores_the_tier_says_so() -> None:
-    check = OffloadCheck("kairos-paper", unused_reason="ignored")
+    check = OffloadCheck("kairos-alg1", unused_reason="ignored")
     with capture_logs() as logs:
         check.observe(64.0, 1000)
     (said,) = tier_events(logs)
@@ -87,7 +86,7 @@ def test_a_policy_that_ignores_the_tier_says_so() -> None:
         ("kairos", False, True),
         ("kairos-no-ta", False, True),  # its clock's long-context ceiling reads the tier
         ("predictive", False, True),  # runs the KAIROS law underneath
-        ("kairos-paper", False, False),
+        ("kairos-alg1", False, False),
         ("no-control", False, False),
         ("fixed:1000", False, False),
         ("kairos", True, False),  # standalone: U is vLLM's measured usage
@@ -111,7 +110,7 @@ async def test_daemon_sends_the_tier_in_tokens_to_its_controller_and_the_router(
         vllm.vllm.mode = "down"  # a failed scrape keeps the last known tier
         await daemon.run_epoch()
     assert [s.offload_tokens for s in rec.snapshots] == [TIER_192_GIB_TOKENS] * 3
-    assert [d.offload_tokens for d in router.decisions] == [TIER_192_GIB_TOKENS] * 3
+    assert [d.admission.offload_tokens for d in router.decisions] == [TIER_192_GIB_TOKENS] * 3
     (said,) = tier_events(logs)
     assert said["used"] and said["kv_offloading_gib"] == 192.0
     exported = daemon.metrics.registry.get_sample_value(
@@ -128,7 +127,8 @@ async def test_no_tier_sends_zero_and_says_nothing(
     rec = recording(daemon)
     with capture_logs() as logs:
         await daemon.run_epoch()
-    assert rec.snapshots[0].offload_tokens == 0 and router.decisions[0].offload_tokens == 0
+    assert rec.snapshots[0].offload_tokens == 0
+    assert router.decisions[0].admission.offload_tokens == 0
     assert tier_events(logs) == []
 
 
@@ -140,49 +140,48 @@ async def test_override_for_a_vllm_that_does_not_say(
     rec = recording(daemon)
     await daemon.run_epoch()
     tokens = int(1.5 * 2**30 // DEFAULT_KV_BYTES_PER_TOKEN)
-    assert rec.snapshots[0].offload_tokens == tokens == router.decisions[0].offload_tokens
+    sent = router.decisions[0].admission
+    assert rec.snapshots[0].offload_tokens == tokens == sent.offload_tokens
 
 
-async def test_kairos_paper_gets_the_tier_but_does_not_count_on_it(
+async def test_kairos_alg1_gets_the_tier_but_does_not_count_on_it(
     vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     vllm.vllm.kv_offloading_size = "192.0"
     daemon = await make_daemon(
-        vllm, router, session, clock, policy="kairos-paper", kv_bytes_per_token=2**20
+        vllm, router, session, clock, policy="kairos-alg1", kv_bytes_per_token=2**20
     )
     rec = recording(daemon)
     with capture_logs() as logs:
         await daemon.run_epoch()
     assert rec.snapshots[0].offload_tokens == 192 * 2**10
-    assert router.decisions[0].offload_tokens == 0  # the router sizes admission as the law did
+    assert router.decisions[0].admission.offload_tokens == 0  # the router weighs as the law
     (said,) = tier_events(logs)
-    assert not said["used"] and "offload_aware" in said["hint"]
+    assert not said["used"] and "ignores the tier" in said["hint"]
 
 
-async def test_the_router_gets_the_laws_activity_window_with_the_tier(
+async def test_the_router_gets_the_laws_windows_with_the_tier(
     vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
     """The router counts idle contexts out of admission between epochs; it must call
-    idle what the daemon's law calls idle (``[kairos] idle_after_s``)."""
+    idle and evictable what the daemon's law does (control-law points 13–14), which
+    the decision's rule carries whole; ``kairos-alg1`` has no window."""
     vllm.vllm.kv_offloading_size = "192.0"
-    daemon = await make_daemon(vllm, router, session, clock, kairos=KairosConfig(idle_after_s=30.0))
+    daemon = await make_daemon(vllm, router, session, clock, variant={"idle_after_s": 30.0})
     await daemon.run_epoch()
-    assert router.decisions[0].idle_after_s == 30.0
-    assert router.decisions[0].offload_tokens == TIER_192_GIB_TOKENS
+    sent = router.decisions[0].admission
+    assert (sent.rule.idle_after_s, sent.rule.evictable_after_s) == (30.0, 60.0)
+    assert sent.offload_tokens == TIER_192_GIB_TOKENS
+    paper = await make_daemon(vllm, router, session, clock, policy="kairos-alg1")
+    await paper.run_epoch()
+    assert router.decisions[-1].admission.rule.evictable_after_s is None
 
 
-async def test_the_router_gets_the_laws_eviction_window(
+async def test_the_accelerated_stack_scales_the_laws_time_constants(
     vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    """Sessions idle past ``[kairos] evictable_after_s`` stop counting towards
-    admission in the router too (control-law point 14), tier or not; ``kairos-paper``
-    has no window."""
-    daemon = await make_daemon(
-        vllm, router, session, clock, kairos=KairosConfig(evictable_after_s=120.0)
-    )
+    """``sim_speedup``: simulated seconds run 20× faster than the daemon's clock."""
+    daemon = await make_daemon(vllm, router, session, clock, sim_speedup=20.0)
     await daemon.run_epoch()
-    assert router.decisions[0].evictable_after_s == 120.0
-    assert router.decisions[0].offload_tokens == 0
-    paper = await make_daemon(vllm, router, session, clock, policy="kairos-paper")
-    await paper.run_epoch()
-    assert router.decisions[-1].evictable_after_s is None
+    rule = router.decisions[0].admission.rule
+    assert (rule.idle_after_s, rule.evictable_after_s) == (0.5, 3.0)

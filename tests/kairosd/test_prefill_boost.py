@@ -9,7 +9,6 @@ import dataclasses
 
 import aiohttp
 
-from controllers import KairosConfig
 from kairos_common.testing import ManualClock
 from kairosd.testing import FakeRouter, ScriptedVllm
 from tests.kairosd.conftest import CLOCKS, agent, make_daemon
@@ -59,12 +58,13 @@ async def test_long_context_work_from_the_router_lifts_the_clock_to_the_knee(
 async def test_long_context_decode_from_the_router_is_held_at_the_knee(
     vllm: ScriptedVllm, router: FakeRouter, session: aiohttp.ClientSession, clock: ManualClock
 ) -> None:
-    """Point 12 end to end (``kairos.busy_ceiling = true``): Eq. 9 asks 1200 MHz for
+    """Points 12–13 end to end, on a vLLM with a CPU KV tier: Eq. 9 asks 1200 MHz for
     a 100K-token agent decoding on a 200K-token cache; the daemon locks the knee's
     level (1000 MHz) until the router reports prompt tokens waiting, then Eq. 9's
     level for that epoch."""
     vllm.vllm.capacity_tokens = 200_000
-    daemon = await make_daemon(vllm, router, session, clock, kairos=KairosConfig(busy_ceiling=True))
+    vllm.vllm.kv_offloading_size = "192.0"
+    daemon = await make_daemon(vllm, router, session, clock)
     decoding = dataclasses.replace(agent("a", 100_000), in_flight=True)
     router.ongoing = [decoding]
     held = await daemon.run_epoch()

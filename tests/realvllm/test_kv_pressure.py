@@ -232,9 +232,9 @@ def running_sampler(vllm: VllmServer) -> Iterator[list[int]]:
         thread.join(timeout=30)
 
 
-ADMISSION = """
+ADMISSION = """policy = "{policy}"
+
 [admission]
-enabled = {enabled}
 beta = 0.6
 gamma = 0.55
 """
@@ -258,12 +258,12 @@ def test_preemptions_no_control_against_kairos_admission(
 ) -> None:
     n = 4
     with running_router(
-        vllm_workdir, vllm.url, ADMISSION.format(enabled="false"), name="router-nocontrol"
+        vllm_workdir, vllm.url, ADMISSION.format(policy="no-control"), name="router-nocontrol"
     ) as router:
         free = _burst(vllm, router, vllm_workdir, n)
     report = vllm_workdir / "kairosd-epochs.jsonl"
     with running_router(
-        vllm_workdir, vllm.url, ADMISSION.format(enabled="true"), name="router-kairos"
+        vllm_workdir, vllm.url, ADMISSION.format(policy="kairos"), name="router-kairos"
     ) as router:
         port = free_port()
         daemon = spawn(

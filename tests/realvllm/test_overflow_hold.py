@@ -16,7 +16,8 @@ first turns' cached blocks would otherwise decide the outcome).
 * Without that gate (``--no-scheduler-reserve-full-isl``, as V1 admitted before
   it) the third is admitted on its first chunk and a later chunk that finds no free
   block preempts, again and again: thrashing. Point 16 holds that request in the
-  router instead (``admission.hold_overflow``), and nothing is preempted.
+  router instead (under ``kairos``; ``kairos-no-ta``, without admission control,
+  has no hold-back), and nothing is preempted.
 
 vLLM's own ``num_preemptions`` counter is the judge. Agents are synchronised by
 their own output lines and stdin, never by sleeps, and vLLM is paused
@@ -63,14 +64,12 @@ FIRST_CHUNK = dataclasses.replace(
 # 10 more words, 300 output tokens: ~1700 tokens (14 blocks) each; two fit in the 31
 # usable blocks, three do not.
 TURNS = ("turns", "2", "800", "10", "350,300", "--wait-first", "--wait")
-# Eq. 13 admits the third newcomer on top of two ~1400-token contexts (U + C ≤ β·U_max
-# with β = 1): all three are admitted before their contexts outgrow the cache.
-ADMISSION = """
-[admission]
-beta = 1.0
-gamma = 0.99
-hold_overflow = {hold}
-"""
+# No daemon: the router admits by its policy's rule. Under ``kairos`` (β, γ = 0.98,
+# 0.95) Eq. 13 admits the third newcomer on top of two ~1400-token contexts (2800 +
+# ~1100 ≤ 0.98·4096 = 4014, and 2800 < 0.95·4096): all three are admitted before
+# their contexts outgrow the cache. ``kairos-no-ta`` admits them all and holds no
+# request back.
+ADMISSION = 'policy = "{policy}"\n'
 
 
 @contextlib.contextmanager
@@ -94,7 +93,7 @@ class Outgrown:
 
 def _outgrow(vllm: VllmServer, workdir: Path, hold: bool, name: str) -> Outgrown:
     before = vllm.wait_idle()
-    config = ADMISSION.format(hold="true" if hold else "false")
+    config = ADMISSION.format(policy="kairos" if hold else "kairos-no-ta")
     with (
         running_router(workdir, vllm.url, config, name=name) as router,
         agents(router, workdir, 3, *TURNS) as procs,

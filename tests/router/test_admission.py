@@ -12,11 +12,14 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from kairos_common.testing import ManualClock
-from kairos_common.wire import AdmissionDecision, InstanceState
+from controllers import KAIROS, KAIROS_ALG1
+from controllers.types import ADMIT_ALL
+from kairos_common.errors import ConfigError
+from kairos_common.testing import ManualClock, decision
+from kairos_common.wire import InstanceState
 from reporting.metrics import summarize
 from reporting.records import GAVE_UP, read_records
-from router.config import AdmissionSettings
+from router.config import AdmissionSettings, RouterConfig
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
     CHAT,
@@ -170,14 +173,7 @@ async def test_a_session_whose_held_requests_gave_up_ends_recorded_as_gave_up(
 
 
 def _decision(epoch: int, admit: tuple[str, ...] = (), start: float = 100.0, **kw: Any) -> Any:
-    return AdmissionDecision(
-        instance="i0",
-        daemon_id="d1",
-        daemon_start_unix_s=start,
-        epoch=epoch,
-        admit=admit,
-        **kw,
-    ).to_json()
+    return decision("i0", epoch, admit=admit, start_unix_s=start, **kw).to_json()
 
 
 async def test_daemon_decisions_versioned_and_never_admit_twice(
@@ -196,7 +192,7 @@ async def test_daemon_decisions_versioned_and_never_admit_twice(
     await end_agent(router, a)
     assert _aid(b) in adm.queue("i0")  # fresh daemon: no local admission, wait for its epoch
     status, ack = await control("POST", url, _decision(2, (_aid(b),)))
-    assert ack == {"accepted": True, "admitted": [_aid(b)], "reason": ""}
+    assert ack == {"version": 2, "accepted": True, "admitted": [_aid(b)], "reason": ""}
     await b_task
     _, dup = await control("POST", url, _decision(2, (_aid(b),)))
     _, late = await control("POST", url, _decision(1, (_aid(b),)))
@@ -208,6 +204,10 @@ async def test_daemon_decisions_versioned_and_never_admit_twice(
     assert 'kairos_router_admissions_total{instance="i0",source="daemon"} 1.0' in metrics
     status, bad = await control("POST", url, {"instance": "i0"})
     assert status == 400 and "daemon_id" in bad["error"]["message"]
+    old = {**_decision(3), "version": 1}  # a daemon of the release before
+    status, refused = await control("POST", url, old)
+    assert status == 400 and refused["error"]["code"] == "unsupported_wire_version"
+    assert "version 1 is not supported: this side speaks version 2" in refused["error"]["message"]
 
 
 async def test_fast_path_and_defer(make_router: StartRouter, backend: FakeBackend) -> None:
@@ -219,7 +219,7 @@ async def test_fast_path_and_defer(make_router: StartRouter, backend: FakeBacken
     await _turn(router, a)  # low load: admitted at once, not an epoch later
     agent = router.core.ledger.get(_aid(a))
     assert agent is not None and agent.admitted and agent.pending_s == 0.0
-    await control("POST", url, _decision(2, valid_for_s=60.0, defer_admissions=True))
+    await control("POST", url, _decision(2, valid_for_s=60.0, defer=True))
     b = await start_agent(router.url)
     b_task = asyncio.create_task(_turn(router, b))
     adm = router.core.admission
@@ -237,7 +237,7 @@ async def test_daemon_without_admission_control_is_never_held(
     url = router.url + "/kairos/v1/instances/i0/decision"
     a = await start_agent(router.url)
     await _turn(router, a)  # fills the instance above γ·U_max
-    await control("POST", url, _decision(1, valid_for_s=60.0, admission_control=False))
+    await control("POST", url, _decision(1, valid_for_s=60.0, rule=ADMIT_ALL))
     b = await start_agent(router.url)
     await _turn(router, b, BIG)  # would be held under KAIROS's rule
     agent = router.core.ledger.get(_aid(b))
@@ -320,3 +320,17 @@ async def test_an_agent_that_comes_back_within_the_grace_keeps_its_place(
     assert q.order() == [_aid(c), _aid(b)]
     for task, token in ((b_late, b), (c_task, c)):
         await leave(task, token)
+
+
+def test_the_router_s_own_rule_is_its_policy_s_with_the_operator_s_thresholds() -> None:
+    """No dummy controller, no second copy of the law: the rule of the ``policy`` the
+    daemons run, with ``[admission] beta`` / ``gamma`` if the operator set them."""
+    assert RouterConfig().rule() == KAIROS.rule
+    assert RouterConfig(policy="kairos-alg1").rule() == KAIROS_ALG1.rule
+    tight = RouterConfig(admission=AdmissionSettings(beta=0.9, gamma=0.8)).rule()
+    assert (tight.beta, tight.gamma, tight.evictable_after_s) == (0.9, 0.8, 60.0)
+    assert not RouterConfig(policy="no-control").rule().enabled
+    with pytest.raises(ConfigError, match="gamma"):
+        RouterConfig(admission=AdmissionSettings(gamma=0.99))  # above kairos's β
+    with pytest.raises(ConfigError, match="renamed kairos-alg1"):
+        RouterConfig(policy="kairos-paper")

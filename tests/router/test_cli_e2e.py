@@ -6,23 +6,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import sys
 from pathlib import Path
 
 import openai
 import pytest
 
+from kairos_common.testing import free_port
 from router.testing import FakeBackend
 from tests.router.conftest import CHAT, agent_key, start_agent
 
 pytestmark = pytest.mark.e2e
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def _wait_listening(
@@ -42,7 +36,7 @@ async def _wait_listening(
 
 
 async def test_router_process_end_to_end(backend: FakeBackend, tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     env = {**os.environ, "KAIROS_ROUTER_IDLE_EXPIRY_S": "120"}
     proc = await asyncio.create_subprocess_exec(
@@ -93,7 +87,7 @@ async def test_old_log_console_flag_writes_text_logs(backend: FakeBackend, tmp_p
     env = {**os.environ, "KAIROS_ROUTER_LOG_JSON": "true"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "router.cli", "run", "--backend", f"gpu0={backend.url}",
-        "--port", str(_free_port()), "--state-dir", str(tmp_path), "--log-console",
+        "--port", str(free_port()), "--state-dir", str(tmp_path), "--log-console",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
     )  # fmt: skip
     try:

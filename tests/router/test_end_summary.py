@@ -7,7 +7,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from kairos_common.wire import AdmissionDecision, AgentSummary
+from kairos_common.testing import decision
+from kairos_common.wire import AgentSummary
 from reporting.records import AgentRecord, read_records
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import StartRouter, control, end_body, one_turn, start_agent
@@ -17,10 +18,7 @@ DECISION = "/kairos/v1/instances/i0/decision"
 
 async def _measured(router: RunningRouter, epoch: int, total_j: float) -> None:
     """The instance's daemon reports its energy counter (a decision admitting nobody)."""
-    body = AdmissionDecision(
-        instance="i0", daemon_id="d1", daemon_start_unix_s=100.0, epoch=epoch,
-        energy_total_j=total_j,
-    ).to_json()  # fmt: skip
+    body = decision("i0", epoch, energy_total_j=total_j).to_json()
     status, ack = await control("POST", router.url + DECISION, body)
     assert status == 200 and ack["accepted"], ack
 
@@ -92,7 +90,7 @@ async def test_an_end_without_summary_answers_as_before_and_bad_waits_are_refuse
         status, body = await _end(router, first, summary_wait_s=bad)
         assert status == 400 and "summary_wait_s" in body["error"]["message"]
     assert router.core.ledger.get(first.split(".")[1]) is not None  # nothing ended
-    assert await _end(router, second) == (200, {"ok": True})
+    assert await _end(router, second) == (200, {"version": 2, "ok": True})
     status, body = await _end(router, second, summary_wait_s=1)
     assert status == 404 and len(router.core.watch) == 0
 
@@ -126,7 +124,7 @@ async def test_an_ended_agent_waiting_for_its_joules_has_a_status(
     await one_turn(router, token)
     url = f"{router.url}/kairos/v1/agents/{agent_id}"
     assert (await control("GET", url))[1]["state"] == "ongoing"
-    assert await _end(router, token) == (200, {"ok": True})
+    assert await _end(router, token) == (200, {"version": 2, "ok": True})
     status, body = await control("GET", url)
     assert status == 200, body
     assert (body["state"], body["name"], body["turns"], body["end_reason"]) == (

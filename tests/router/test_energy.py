@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from kairos_common.config import load_config
 from kairos_common.errors import ConfigError, WireFormatError
-from kairos_common.testing import ManualClock
+from kairos_common.testing import ManualClock, decision
 from kairos_common.wire import AdmissionDecision
 from reporting.records import AgentRecord, EnergyRecord
 from router.config import EnergyWeightSettings, RouterConfig
@@ -21,13 +21,7 @@ from router.energy import EnergyService
 
 
 def _decision(total_j: float | None, epoch: int, start: float = 1.7e9) -> AdmissionDecision:
-    return AdmissionDecision(
-        instance="gpu0",
-        daemon_id="d",
-        daemon_start_unix_s=start,
-        epoch=epoch,
-        energy_total_j=total_j,
-    )
+    return decision("gpu0", epoch, daemon_id="d", start_unix_s=start, energy_total_j=total_j)
 
 
 def _record(agent_id: str, parent: str | None = None) -> AgentRecord:
@@ -216,17 +210,17 @@ def test_shutdown_writes_parked_records() -> None:
 @pytest.mark.parametrize("bad", [-1.0, math.nan, math.inf, 1e300, "5", True])
 def test_wire_rejects_a_bad_energy_counter(bad: object) -> None:
     obj = _decision(1.0, 0).to_json()
-    obj["energy_total_j"] = bad
+    obj["measured"]["energy_total_j"] = bad
     with pytest.raises(WireFormatError):
         AdmissionDecision.from_json(obj)
 
 
 def test_wire_round_trips_the_energy_counter() -> None:
     d = _decision(12345.5, 3)
-    assert AdmissionDecision.from_json(d.to_json()).energy_total_j == 12345.5
+    assert AdmissionDecision.from_json(d.to_json()).measured.energy_total_j == 12345.5
     obj = d.to_json()
-    del obj["energy_total_j"]  # an old daemon
-    assert AdmissionDecision.from_json(obj).energy_total_j is None
+    del obj["measured"]["energy_total_j"]  # a daemon that measures nothing
+    assert AdmissionDecision.from_json(obj).measured.energy_total_j is None
 
 
 def _split_p_over_d(config: RouterConfig) -> float:
@@ -248,24 +242,25 @@ def _split_p_over_d(config: RouterConfig) -> float:
 
 
 def test_configured_weights_decide_the_split(tmp_path: Path) -> None:
-    """``[energy_weights]`` reaches the attribution: a dense model's weights (a
-    prefill token ten times dearer, no per-token experts) charge the long prompt more."""
-    toml = tmp_path / "router.toml"
-    toml.write_text(
-        "[energy_weights]\nprefill_s_per_token = 1.48e-4\nattn_s_per_pair = 2.92e-9\n"
-        "step_shared_s = 0.0164\ntoken_s = 0.0\nkv_s_per_token = 9.8e-8\n"
-    )
-    dense = load_config(RouterConfig, path=toml, env_prefix="KAIROS_ROUTER", env={})
-    assert dense.energy_weights.token_s == 0.0
+    """Weights set in code reach the attribution: a dense model's weights (a prefill
+    token ten times dearer, no per-token experts) charge the long prompt more. They
+    are constants of the code, which a file or variable may not set."""
+    weights = EnergyWeightSettings(
+        prefill_s_per_token=1.48e-4, attn_s_per_pair=2.92e-9, step_shared_s=0.0164, token_s=0.0,
+        kv_s_per_token=9.8e-8,
+    )  # fmt: skip
+    dense = RouterConfig(energy_weights=weights)
     ratio_default, ratio_dense = _split_p_over_d(RouterConfig()), _split_p_over_d(dense)
     assert ratio_dense > 2 * ratio_default
     core = RouterCore(dense, secret=None, store=None, records=None, clock=ManualClock())
     assert core.energy.accountant.weights == dense.energy_weights.work_weights()
+    toml = tmp_path / "router.toml"
+    toml.write_text("[energy_weights]\ntoken_s = 0.0\n")
+    with pytest.raises(ConfigError, match="energy_weights is a constant of the code"):
+        load_config(RouterConfig, path=toml, env_prefix="KAIROS_ROUTER", env={})
     env = {"KAIROS_ROUTER_ENERGY_WEIGHTS__TOKEN_S": "0.002"}
-    assert (
-        load_config(RouterConfig, env_prefix="KAIROS_ROUTER", env=env).energy_weights.token_s
-        == 0.002
-    )
+    with pytest.raises(ConfigError, match="KAIROS_ROUTER_ENERGY_WEIGHTS__TOKEN_S"):
+        load_config(RouterConfig, env_prefix="KAIROS_ROUTER", env=env)
 
 
 @pytest.mark.parametrize(

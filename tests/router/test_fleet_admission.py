@@ -5,16 +5,16 @@ that gets room (issue 14). Two fake backends of 10K-token KV caches each."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
+from controllers import KAIROS, KAIROS_ALG1
 from controllers.admission import HeldAgent, Placement, admits_now, place
 from controllers.placement import Consolidating, PlacementRequest
-from kairos_common.testing import ManualClock
-from kairos_common.wire import AdmissionDecision
-from router.config import AdmissionSettings
+from kairos_common.testing import ManualClock, decision
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
     CHAT,
@@ -141,12 +141,11 @@ async def test_idle_contexts_a_cpu_tier_holds_do_not_hold_a_newcomer(
     adm = router.core.admission
     clock.advance(60.0)  # both sessions idle by the default 10 s window
     for epoch, idle_after_s in ((1, 120.0), (2, 10.0)):
+        rule = dataclasses.replace(KAIROS.rule, idle_after_s=idle_after_s)
         for i in range(2):
-            decision = AdmissionDecision(
-                f"i{i}", "d", 1.0, epoch, capacity_tokens=10_000, offload_tokens=1_000_000,
-                idle_after_s=idle_after_s,
-            )  # fmt: skip
-            assert adm.apply_decision(decision).accepted
+            sent = decision(f"i{i}", epoch, rule=rule, capacity_tokens=10_000,
+                            offload_tokens=1_000_000, daemon_id="d", start_unix_s=1.0)  # fmt: skip
+            assert adm.apply_decision(sent).accepted
         if epoch == 1:  # a daemon whose law waits 120 s calls them active: all resident
             gates = [adm.gate(i) for i in router.core.pool]
             assert [g.resident_tokens for g in gates] == [g.load.usage_tokens for g in gates]
@@ -169,18 +168,17 @@ async def test_sessions_idle_past_the_eviction_window_do_not_hold_a_newcomer(
     for less than the daemons' eviction window a newcomer is held; once they have
     been idle past it, vLLM keeps their blocks only as evictable prefix cache and
     the newcomer runs at once (control-law point 14). A daemon whose law has no
-    window (``kairos-paper``, an old daemon) counts them all."""
+    window (``kairos-alg1``) counts them all."""
     clock = ManualClock()
     router = await _two_full(make_router, backend, backend2, clock)
     adm = router.core.admission
 
     def report(epoch: int, evictable_after_s: float | None) -> None:
+        rule = dataclasses.replace(KAIROS.rule, evictable_after_s=evictable_after_s)
         for i in range(2):
-            decision = AdmissionDecision(
-                f"i{i}", "d", 1.0, epoch, capacity_tokens=10_000,
-                evictable_after_s=evictable_after_s,
-            )  # fmt: skip
-            assert adm.apply_decision(decision).accepted
+            sent = decision(f"i{i}", epoch, rule=rule, capacity_tokens=10_000, daemon_id="d",
+                            start_unix_s=1.0)  # fmt: skip
+            assert adm.apply_decision(sent).accepted
 
     clock.advance(30.0)  # idle, not yet past the window
     report(1, 60.0)
@@ -191,21 +189,19 @@ async def test_sessions_idle_past_the_eviction_window_do_not_hold_a_newcomer(
     report(3, 60.0)
     assert [adm.gate(i).resident_tokens for i in router.core.pool] == [0, 0]
     listed = router.core.instances_json()  # what GET /kairos/v1/instances shows
-    assert [(i["evictable_after_s"], i["admission_usage_tokens"]) for i in listed] == [
-        (60.0, 0),
-        (60.0, 0),
-    ]
+    assert [(i["admission_rule"]["evictable_after_s"], i["admission_usage_tokens"])  # type: ignore[index]
+            for i in listed] == [(60.0, 0), (60.0, 0)]  # fmt: skip
     await _newcomer_runs_at_once(router, backend, backend2)
 
 
-async def test_each_instance_admits_by_its_daemons_thresholds(
+async def test_each_instance_admits_by_its_daemons_rule(
     make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
 ) -> None:
-    """The router's own thresholds (β, γ = 0.98, 0.95) would admit a 600-token
-    newcomer beside a 9.1K-token session on either 10K-token instance. i0's daemon
-    runs ``kairos-paper`` and sends the paper's 0.95, 0.90: there it is held, so it
-    goes to i1 (control-law point 18). Once that decision expires, i0 is judged by
-    the router's own thresholds again."""
+    """The router's own rule (``kairos``'s: β, γ = 0.98, 0.95) would admit a
+    600-token newcomer beside a 9.1K-token session on either 10K-token instance.
+    i0's daemon runs ``kairos-alg1`` and carries the paper's 0.95, 0.90: there it is
+    held, so it goes to i1 (control-law point 18). Once that decision expires, i0
+    is judged by the router's own rule again."""
     clock = ManualClock()
     for b in (backend, backend2):
         b.behaviour.capacity_tokens = 10_000
@@ -216,15 +212,16 @@ async def test_each_instance_admits_by_its_daemons_thresholds(
         await _turn(router, await start_agent(router.url), CHAT)  # one per instance
     adm = router.core.admission
     assert all(admits_now(adm.gate(i), 600, adm.rule) for i in router.core.pool)
-    paper = AdmissionDecision("i0", "d", 1.0, 1, capacity_tokens=10_000, beta=0.95, gamma=0.90)
+    paper = decision("i0", 1, rule=KAIROS_ALG1.rule, capacity_tokens=10_000, policy="kairos-alg1")
     assert adm.apply_decision(paper).accepted
     i0, i1 = router.core.pool
     assert not admits_now(adm.gate(i0), 600, adm.rule)
     assert admits_now(adm.gate(i1), 600, adm.rule)
     newcomer = PlacementRequest("x", 0, 600)
     assert place(Consolidating(), newcomer, adm.gates(), adm.rule) == Placement("i1", True)
-    assert router.core.instances_json()[0]["admission_thresholds"] == [0.95, 0.90]
-    clock.advance(30.0)  # the decision expires: the router's own thresholds again
+    shown = router.core.instances_json()[0]["admission_rule"]
+    assert shown == dataclasses.asdict(KAIROS_ALG1.rule)
+    clock.advance(30.0)  # the decision expires: the router's own rule again
     assert admits_now(adm.gate(i0), 600, adm.rule)
 
 
@@ -268,26 +265,3 @@ async def test_idle_agents_move_to_make_room_for_a_held_one(
     assert len(backend.received) == 3 and len(backend2.received) == 1
     await _turn(router, tokens[1], CHAT)  # the moved session's next turn
     assert len(backend2.received) == 2
-
-
-async def test_make_room_off_keeps_the_newcomer_waiting(
-    make_router: StartRouter, backend: FakeBackend, backend2: FakeBackend
-) -> None:
-    clock = ManualClock()
-    for b in (backend, backend2):
-        b.behaviour.capacity_tokens = 10_000
-    router = await make_router(
-        [backend.url, backend2.url], clock=clock, admission=AdmissionSettings(make_room=False)
-    )
-    await router.health.check_once()
-    for b, prompt in ((backend, 2_996), (backend, 3_996), (backend2, 5_496)):
-        b.behaviour.prompt_tokens = prompt
-        await _turn(router, await start_agent(router.url), CHAT)
-    clock.advance(30.0)
-    adm = router.core.admission
-    held = asyncio.create_task(_turn(router, await start_agent(router.url), BIG))
-    await adm.wait_until(lambda: len(adm.queue("i1")) == 1)  # held where it has most room
-    assert adm.rehome() == ()
-    held.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await held

@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 
 from kairos_common.errors import WireFormatError
 from kairos_common.testing import ManualClock
+from kairos_common.testing import decision as wire_decision
 from kairos_common.views import ModelReport
 from kairos_common.wire import AdmissionDecision, DecisionAck
 from router.config import FleetBudgetSettings
@@ -35,15 +36,15 @@ def decision(
     margins: dict[int, float] | None = None,
     valid_for_s: float = 1.5,
 ) -> AdmissionDecision:
-    return AdmissionDecision(
-        instance=name,
+    return wire_decision(
+        name,
+        epoch,
         daemon_id="kd",
-        daemon_start_unix_s=1.0,
-        epoch=epoch,
+        start_unix_s=1.0,
         clock_mhz=clock_mhz,
         valid_for_s=valid_for_s,
         levels_mhz=levels,
-        measured_power_w=measured_w,
+        power_w=measured_w,
         measured_clock_mhz=measured_mhz,
         report=None if margins is None else ModelReport(margins),
     )
@@ -72,37 +73,45 @@ def test_decision_round_trips_the_budget_fields() -> None:
     d = decision("a", 3, margins={2: 0.4})
     d2 = AdmissionDecision.from_json(d.to_json())
     assert d2 == d
-    assert d2.levels_mhz == LEVELS and d2.measured_power_w == 400.0
-    assert d2.report is not None and d2.report.slo_margin(2) == 0.4
+    assert d2.clock.levels_mhz == LEVELS and d2.measured.power_w == 400.0
+    assert d2.clock.report is not None and d2.clock.report.slo_margin(2) == 0.4
 
 
-def test_old_daemon_json_parses_with_no_budget_fields() -> None:
-    old = {"instance": "a", "daemon_id": "kd", "daemon_start_unix_s": 1.0, "epoch": 0}
-    d = AdmissionDecision.from_json(old)
-    assert d.levels_mhz == () and d.measured_power_w is None and d.measured_clock_mhz is None
-    assert d.min_throughput_tok_s is None and d.report is None
+def _bare(name: str) -> dict[str, Any]:
+    """A decision with neither a clock nor a measurement part (observe mode at start)."""
+    full = decision(name, 0).to_json()
+    return {k: v for k, v in full.items() if k not in ("clock", "measured")}
+
+
+def test_a_decision_without_clock_or_measurement_has_no_budget_fields() -> None:
+    d = AdmissionDecision.from_json(_bare("a"))
+    assert d.clock.levels_mhz == () and d.measured.power_w is None
+    assert d.measured.clock_mhz is None
+    assert d.clock.min_throughput_tok_s is None and d.clock.report is None
 
 
 def test_bad_budget_fields_are_wire_errors() -> None:
     base = decision("a", 0).to_json()
     with pytest.raises(WireFormatError, match="levels_mhz"):
-        AdmissionDecision.from_json({**base, "levels_mhz": [800, "fast"]})
+        AdmissionDecision.from_json({**base, "clock": {"levels_mhz": [800, "fast"]}})
     with pytest.raises(WireFormatError, match="slo_margins"):
-        AdmissionDecision.from_json({**base, "report": {"slo_margins": [[2, "high"]]}})
+        AdmissionDecision.from_json({**base, "clock": {"report": {"slo_margins": [[2, "hi"]]}}})
 
 
-def test_a_daemon_still_sending_the_old_extras_map_is_understood_without_margins() -> None:
-    old = {**decision("a", 0).to_json(), "report": None, "extras": {"margin_l2": 0.4}}
-    assert AdmissionDecision.from_json(old).report is None
+def test_a_key_the_schema_does_not_name_is_ignored() -> None:
+    old = {**decision("a", 0).to_json(), "extras": {"margin_l2": 0.4}}
+    assert AdmissionDecision.from_json(old) == decision("a", 0)
 
 
-def test_ack_round_trips_cap_and_old_router_ack_means_no_cap() -> None:
+def test_ack_round_trips_cap_and_an_ack_without_one_means_no_cap() -> None:
     ack = DecisionAck(accepted=True, admitted=("x",), clock_cap_mhz=1200, budget_conflict=True)
     assert DecisionAck.from_json(ack.to_json()) == ack
-    old = DecisionAck.from_json({"accepted": True, "admitted": [], "reason": ""})
-    assert old.clock_cap_mhz is None and not old.budget_conflict
-    # No budget: the ack is byte-for-byte what old daemons expect.
-    assert DecisionAck(accepted=True).to_json() == {"accepted": True, "admitted": [], "reason": ""}
+    bare = DecisionAck.from_json({"accepted": True, "admitted": [], "reason": ""})
+    assert bare.clock_cap_mhz is None and not bare.budget_conflict
+    # No budget: the ack carries no budget fields at all.
+    assert DecisionAck(accepted=True).to_json() == {
+        "version": 2, "accepted": True, "admitted": [], "reason": "",
+    }  # fmt: skip
 
 
 # ------------------------------------------------------------- allocation
@@ -193,11 +202,9 @@ def test_reserve_beyond_cap_is_infeasible() -> None:
     assert svc.cap_for("b") == (800, True)  # everything controllable at its floor
 
 
-def test_old_daemon_and_missing_daemon_are_unknown_not_counted() -> None:
+def test_an_unmeasured_daemon_and_a_missing_one_are_unknown_not_counted() -> None:
     svc, _ = service()
-    old = AdmissionDecision.from_json(
-        {"instance": "a", "daemon_id": "kd", "daemon_start_unix_s": 1.0, "epoch": 0}
-    )
+    old = AdmissionDecision.from_json(_bare("a"))
     names = ("a", "b", "c")
     assert svc.on_decision("a", old, names) == (None, False)
     svc.on_decision("b", decision("b", 0), names)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-from router.config import AdmissionSettings
 from router.testing import FakeBackend, RunningRouter
 from tests.router.conftest import (
     StartRouter,
@@ -199,10 +198,13 @@ async def test_a_request_that_would_overflow_with_nowhere_to_go_waits_for_room(
     assert 'kairos_router_overflow_holds_total{instance="i0"} 1.0' in metrics
 
 
-async def test_with_overflow_hold_off_the_request_runs_beside_the_others(
+async def test_without_admission_control_the_request_runs_beside_the_others(
     make_router: StartRouter, backend: FakeBackend
 ) -> None:
-    router = await make_router([backend.url], admission=AdmissionSettings(hold_overflow=False))
+    """Point 16 holds back only under admission control: behind ``kairos-no-ta``
+    daemons (here: none yet, so the router's own rule for that policy) the request
+    runs beside the others, and vLLM would preempt."""
+    router = await make_router([backend.url], policy="kairos-no-ta")
     a, b = await _outgrown_pair(router, backend)
     running = asyncio.create_task(one_turn(router, a))
     async with backend.arrived:

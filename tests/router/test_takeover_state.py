@@ -6,13 +6,16 @@ that snapshot has them, and a failed write loses nothing."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kairos_common.testing import ManualClock
-from kairos_common.wire import AgentEnd, AgentStart
+from controllers import KAIROS_ALG1
+from kairos_common.testing import ManualClock, decision
+from kairos_common.wire import WIRE_VERSION, AgentEnd, AgentStart
+from kairos_common.wire_views import rule_to_json
 from router.config import RouterConfig
 from router.conversations import Conversations
 from router.core import RouterCore
@@ -42,9 +45,9 @@ async def test_a_second_router_takes_over_agents_queues_registry_and_records() -
     waiting = asyncio.ensure_future(a.admission.queue("i0").join(held, clock() - 3.0))
     a.ledger.set_pending(agent, "i0", clock())
     a.set_draining("i1", True)
-    inst = a.pool.get("i0")
-    assert inst is not None
-    inst.decision_key, inst.daemon_capacity_tokens = (1.0, 7), 50_000
+    alg1 = decision("i0", 7, start_unix_s=1.0, rule=KAIROS_ALG1.rule, capacity_tokens=50_000,
+                    offload_tokens=4_000, defer=True, clock_mhz=1200)  # fmt: skip
+    assert a.admission.apply_decision(alg1).accepted
     a.agents.end(ended, AgentEnd(exit_code=0))  # its record waits for its sub-agent's
     await a.persist()
 
@@ -63,9 +66,38 @@ async def test_a_second_router_takes_over_agents_queues_registry_and_records() -
     i0, i1 = b.pool.get("i0"), b.pool.get("i1")
     assert i0 is not None and i1 is not None and i1.draining and not i0.draining
     assert i0.decision_key == (1.0, 7) and i0.daemon_capacity_tokens == 50_000
+    # the daemon's rule whole (its policy's β/γ, windows, tier), fresh for the rest
+    # of its 15 s validity: 5 s on b's clock (10 s of wall time went by)
+    assert i0.decision_rule == KAIROS_ALG1.rule
+    assert i0.daemon_fresh(9.9) and not i0.daemon_fresh(10.1)
+    assert (i0.decision_defer, i0.decision_offload_tokens, i0.clock_mhz) == (True, 4_000, 1200)
+    assert i1.decision_key is None and i1.decision_rule is None
     assert b.ledger.get(ended) is None and b.ledger.get(child) is not None
     assert written == [ended]  # the record a had not written yet
     waiting.cancel()
+
+
+async def test_a_decision_of_another_wire_version_is_not_taken_over() -> None:
+    """A registry entry written by a router of another release (another wire
+    version), or with a rule that does not parse, leaves the instance without a
+    decision: the router's own rule applies until the daemon's next one."""
+    store, clock, wall = MemoryStore(), ManualClock(100.0), ManualClock(1_700_000_000.0)
+    a = core_on(store, clock, wall)
+    assert a.admission.apply_decision(decision("i0", 3, rule=KAIROS_ALG1.rule)).accepted
+    await a.persist()
+    snap = await store.load()
+    entry = snap.instances["i0"]
+    assert entry["version"] == WIRE_VERSION and entry["decision_rule"] == rule_to_json(
+        KAIROS_ALG1.rule
+    )
+    for bad in ({"version": WIRE_VERSION - 1}, {"decision_rule": {"beta": 7.0}}):
+        changed = dataclasses.replace(snap, instances={"i0": {**entry, **bad}})
+        b = core_on(MemoryStore(), ManualClock(5.0), ManualClock(1_700_000_001.0))
+        b.apply(changed)
+        i0 = b.pool.get("i0")
+        assert i0 is not None and i0.decision_key is None and i0.decision_rule is None
+        assert not i0.daemon_fresh(5.0)
+        assert b.admission.apply_decision(decision("i0", 1)).accepted  # the next one is
 
 
 async def test_a_failed_write_keeps_every_change_for_the_next() -> None:

@@ -11,11 +11,11 @@ import dataclasses
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from controllers import KAIROS
 from controllers.admission import HeldAgent, admits_now, place, rehome_held
-from controllers.kairos import KairosConfig
 from controllers.placement import PlacementRequest
 from kairos_common.testing import ManualClock
-from kairos_common.wire import AdmissionDecision
+from kairos_common.wire import AdmissionDecision, DecisionAdmission
 from router.config import AdmissionSettings, RouterConfig
 from router.core import RouterCore
 from router.ledger import Agent
@@ -51,23 +51,22 @@ def _cluster(tier_tokens: int = 0, evict_s: float | None = None) -> Cluster:
     if tier_tokens:
         engine = dataclasses.replace(PRESET.engine, kv_offload_tokens=tier_tokens)
         preset = dataclasses.replace(PRESET, engine=engine)
-    law = KairosConfig(evictable_after_s=evict_s)
-    config = ClusterConfig(policy="kairos", instances=N, kairos=law)
+    config = ClusterConfig(policy="kairos", instances=N, variant=(("evictable_after_s", evict_s),))
     return Cluster(preset, config, _Workload(), [])  # type: ignore[arg-type]
 
 
 def _report_law(core: RouterCore, tier_tokens: int, evict_s: float | None) -> None:
-    """Each instance's daemon reports its CPU KV tier and its law's eviction window,
-    as kairosd does every epoch."""
+    """Each instance's daemon reports its CPU KV tier and its policy's rule (here
+    with its eviction window), as kairosd does every epoch: the simulator models an
+    instance whose daemon is fresh."""
+    rule = dataclasses.replace(KAIROS.rule, evictable_after_s=evict_s)
     for i in range(N):
         decision = AdmissionDecision(
             f"sim{i}",
             "d",
             1.0,
             1,
-            capacity_tokens=CAP,
-            offload_tokens=tier_tokens,
-            evictable_after_s=evict_s,
+            admission=DecisionAdmission(rule=rule, capacity_tokens=CAP, offload_tokens=tier_tokens),
         )
         assert core.admission.apply_decision(decision).accepted
 
@@ -129,8 +128,7 @@ async def _check(
     core, cluster = _router(), _cluster(tier, evict_s)
     ledger, adm, fleet = core.ledger, core.admission, cluster.admission
     now = core.clock()
-    if tier or evict_s is not None:
-        _report_law(core, tier, evict_s)
+    _report_law(core, tier, evict_s)
     for i, agents in enumerate(ongoing):
         for k, (size, activity) in enumerate(agents):
             _join(core, cluster, i, f"on-{i}-{k}", size, activity)
@@ -145,7 +143,9 @@ async def _check(
         views.append(HeldAgent(aid, f"sim{i}", size))
 
     assert adm.gates() == fleet.gates(now)
-    assert adm.rule == fleet.rule
+    rules = [g.rule_here(adm.rule) for g in adm.gates()]
+    assert rules == [g.rule_here(fleet.rule) for g in fleet.gates(now)]
+    assert adm.rule.enabled == fleet.rule.enabled
 
     # A newcomer: same instance, same admit-or-hold.
     newbie = ledger.add(Agent("new", 99.0, 0.0, estimated_context_tokens=newcomer))
@@ -189,8 +189,7 @@ def test_overflow_relief_alike(
     room on a target counting sessions away past the eviction window as free
     (point 14); kept, both hold it back or both let it run (point 16)."""
     core, cluster = _router(), _cluster(0, evict_s)
-    if evict_s is not None:
-        _report_law(core, 0, evict_s)
+    _report_law(core, 0, evict_s)
     for i, agents in enumerate(ongoing):
         for k, (size, activity) in enumerate(agents):
             _join(core, cluster, i, f"on-{i}-{k}", size, activity)

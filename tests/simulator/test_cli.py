@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from kairos_cli.main import build_app
 from reporting.metrics import SPEC_JSON_KEYS
-from simulator.cli import SimCliConfig, _specs, summary_table
+from simulator.cli import summary_table
 from simulator.presets import control_levels, get_preset, with_num_levels
 from simulator.runner import SimSpec, run_sim
 from tests.simulator.conftest import DATA
@@ -171,11 +171,3 @@ def test_config_file_and_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     assert res.exit_code == 0, res.output
     obj = json.loads(res.stdout)
     assert obj["policy"] == "fixed:900" and obj["seed"] == 5 and obj["duration_s"] == 120.0
-
-
-def test_balancing_moves_only_reaches_the_specs() -> None:
-    """``--balancing-moves-only`` sets Algorithm 3's knob on every compared spec
-    (the router's ``[placement] balancing_moves_only``); off by default."""
-    on = _specs(SimCliConfig(compare="kairos,no-control", balancing_moves_only=True))
-    assert [s.reassignment.balancing_moves_only for s in on] == [True, True]
-    assert not _specs(SimCliConfig())[0].reassignment.balancing_moves_only

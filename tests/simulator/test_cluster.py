@@ -6,7 +6,6 @@ import dataclasses
 from pathlib import Path
 
 from controllers import (
-    KairosConfig,
     KairosController,
     NoControl,
     ReassignmentConfig,
@@ -117,21 +116,19 @@ def _outgrown(config: ClusterConfig) -> Cluster:
 
 
 def test_overflow_relief_moves_agents_off_an_instance_they_outgrew() -> None:
-    # The three agents are consolidated on sim0: without relief (nor point 16's
-    # hold) sim0 preempts (Algorithm 3 never fires: sim1 is idle, not a target);
-    # with it the agents that cannot fit move to sim1.
-    def run(relieve: bool) -> Cluster:
-        return _outgrown(
-            ClusterConfig(
-                policy="kairos",
-                duration_s=1800.0,
-                instances=2,
-                reassignment=ReassignmentConfig(relieve_overflow=relieve),
-                kairos=KairosConfig(hold_overflow=relieve),
-            )
+    # The three agents are consolidated on sim0: with neither relief nor point 16's
+    # hold (no control, with Algorithm 3 and relief switched off in code) sim0
+    # preempts (Algorithm 3 never fires: sim1 is idle, not a target); under the law
+    # the agents that cannot fit move to sim1.
+    relieved = _outgrown(ClusterConfig(policy="kairos", duration_s=1800.0, instances=2))
+    paper = _outgrown(
+        ClusterConfig(
+            policy="no-control",
+            duration_s=1800.0,
+            instances=2,
+            reassignment=ReassignmentConfig(enabled=False),
         )
-
-    relieved, paper = run(True), run(False)
+    )
     assert paper.overflow_moves == 0 and sum(e.preemptions for e in paper.epochs) > 0
     assert relieved.overflow_moves > 0 and sum(e.preemptions for e in relieved.epochs) == 0
     assert {a.instances[0] for a in relieved.agents_done} == {"sim0"}  # consolidated first
@@ -157,14 +154,12 @@ def test_an_agent_that_moves_loses_its_confident_streak() -> None:
 
 def test_an_agent_whose_request_would_overflow_waits_instead_of_preempting() -> None:
     # One instance, so overflow relief has nowhere to send the three agents. Without
-    # point 16 the instance preempts; with it the agent whose request would not fit
-    # beside the running ones goes back to the hold queue, ahead of nobody but later
+    # point 16 (kairos-no-ta: no admission control, so no hold-back either) the
+    # instance preempts; under the law the agent whose request would not fit beside
+    # the running ones goes back to the hold queue, ahead of nobody but later
     # arrivals, and is admitted again.
-    def run(hold: bool) -> Cluster:
-        law = KairosConfig(hold_overflow=hold)
-        return _outgrown(ClusterConfig(policy="kairos", duration_s=3600.0, kairos=law))
-
-    held, thrashed = run(True), run(False)
+    held = _outgrown(ClusterConfig(policy="kairos", duration_s=3600.0))
+    thrashed = _outgrown(ClusterConfig(policy="kairos-no-ta", duration_s=3600.0))
     assert thrashed.overflow_holds == 0 and sum(e.preemptions for e in thrashed.epochs) > 0
     assert held.overflow_holds > 0 and sum(e.preemptions for e in held.epochs) == 0
     assert len(held.agents_done) == 3 and all(a.end_reason == "end" for a in held.agents_done)

@@ -34,4 +34,4 @@ def test_long_prefill_runs_at_the_top_clock_and_only_while_it_lasts() -> None:
 
 
 def test_paper_law_has_no_prefill_boost() -> None:
-    assert all(e.reason != "prefill" for e in _run("kairos-paper").epochs)
+    assert all(e.reason != "prefill" for e in _run("kairos-alg1").epochs)
