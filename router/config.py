@@ -17,6 +17,7 @@ from controllers.energy_attribution import WorkWeights
 from controllers.registry import PLACEMENT_NAMES
 from kairos_common.cli import check_http_url, check_log_level, check_port, check_slo
 from kairos_common.errors import ConfigError
+from router.trace_recorder import TraceSettings
 
 ENV_PREFIX = "KAIROS_ROUTER"
 MIB = 1024 * 1024
@@ -252,6 +253,9 @@ class RouterConfig:
     """Idle draw of one instance's GPUs (W), left unattributed by energy per agent
     (docs/energy.md); unset: learned from intervals in which an instance did nothing."""
     energy_weights: EnergyWeightSettings = field(default_factory=EnergyWeightSettings)
+    trace: TraceSettings = field(default_factory=TraceSettings)
+    """Recording agent traces for ``kairos whatif`` (off unless ``trace.path`` is set;
+    router/trace_recorder.py)."""
 
     def __post_init__(self) -> None:
         if self.event_loop not in EVENT_LOOPS:

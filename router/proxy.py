@@ -54,6 +54,7 @@ from router.placement_service import PlacementService
 from router.ports import HealthSink
 from router.relay import Outcome
 from router.streaming import Usage
+from router.trace_recorder import TraceRecorder
 from router.upstream import UpstreamClient
 
 log = structlog.get_logger("kairos.router.proxy")
@@ -129,6 +130,7 @@ class Proxy:
         health: HealthSink,
         clock: Callable[[], float],
         limits: ProxyLimits,
+        trace: TraceRecorder | None = None,
     ) -> None:
         self._pool = pool
         self._ledger = ledger
@@ -143,6 +145,8 @@ class Proxy:
         self._health = health
         self._clock = clock
         self._limits = limits
+        self._trace = trace
+        """Agent traces for ``kairos whatif`` (None: not recording, the default)."""
         self._identity_header = limits.identity_header
         self._session: aiohttp.ClientSession | None = None
         self._upstream: UpstreamClient | None = None
@@ -407,6 +411,14 @@ class Proxy:
             t0 if outcome.t_sent_s is None else outcome.t_sent_s, outcome.first_data_s,
         )  # fmt: skip
         self._observe(inst_name, usage, outcome)
+        if self._trace is not None:
+            self._trace.request(
+                agent, conversation, t0_s=t0, t_sent_s=outcome.t_sent_s,
+                first_data_s=outcome.first_data_s, t_end_s=t0 + latency,
+                prompt_tokens=prompt, completion_tokens=completion,
+                cached_tokens=usage.cached_tokens if usage is not None else None,
+                instance=inst_name,
+            )  # fmt: skip
         inst = self._pool.get(agent.instance)
         admission = self._admission
         if inst is not None and len(admission.queues.get(inst.name, ())):

@@ -36,6 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KAIROS_REALVLLM_CACHE", str(REPO / ".cache")))
 VLLM_PYTHON = CACHE / "vllm-venv" / "bin" / "python"
 MODEL_DIR = CACHE / "realvllm-model"
+LONG_MODEL_DIR = CACHE / "realvllm-model-long"
+"""The same model with a 131072-token window (the what-if validation's long sessions)."""
 MODEL_NAME = "tiny-llama"
 VLLM_VERSION = "0.32.0"
 BIN = Path(sys.executable).parent
@@ -212,6 +214,11 @@ class VllmSpec:
     num_gpu_blocks: int | None = 32
     max_model_len: int = 2048
     extra: tuple[str, ...] = ("--enforce-eager",)  # no torch.compile warm-up: starts ~2x faster
+    model_dir: Path = MODEL_DIR
+    """The tiny model, or its long-window twin (``LONG_MODEL_DIR``)."""
+    cpus: str | None = None
+    """CPU list to pin vLLM to (``taskset -c``, and vLLM's OpenMP threads with it);
+    None: wherever the OS schedules it."""
 
 
 @dataclass
@@ -286,9 +293,10 @@ class VllmServer:
 
 
 def vllm_argv(port: int, spec: VllmSpec) -> list[str]:
+    pin = ["taskset", "-c", spec.cpus] if spec.cpus else []
     argv = [
-        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(MODEL_DIR), "--served-model-name", MODEL_NAME,
+        *pin, str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(spec.model_dir), "--served-model-name", MODEL_NAME,
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(spec.max_model_len), "--dtype", "bfloat16",
         "--seed", "0",
@@ -316,14 +324,17 @@ def running_vllm(
     workdir: Path, spec: VllmSpec, name: str = "vllm", timeout_s: float = 600.0
 ) -> Iterator[VllmServer]:
     """A real vLLM server on a free loopback port, stopped on every path."""
-    if not VLLM_PYTHON.exists() or not (MODEL_DIR / "kairos-model.json").exists():
+    if not VLLM_PYTHON.exists() or not (spec.model_dir / "kairos-model.json").exists():
         raise EngineError(
-            f"the real-vLLM environment is missing ({VLLM_PYTHON}, {MODEL_DIR}): "
+            f"the real-vLLM environment is missing ({VLLM_PYTHON}, {spec.model_dir}): "
             "run `make realvllm` (scripts/realvllm_env.sh)"
         )
     port = free_port()
     t0 = time.monotonic()
-    proc = spawn(name, vllm_argv(port, spec), workdir, vllm_env())
+    env = vllm_env()
+    if spec.cpus:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpus
+    proc = spawn(name, vllm_argv(port, spec), workdir, env)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url + "/health", timeout_s)
@@ -414,10 +425,13 @@ def scrubbed_env(router_url: str, workdir: Path) -> dict[str, str]:
 AGENT = Path(__file__).parent / "agents" / "real_agent.py"
 
 
-def agent_argv(*args: str, slo: float | None = None) -> list[str]:
-    """``id-tracker [--slo S] -- python real_agent.py ARGS``."""
+def agent_argv(
+    *args: str, slo: float | None = None, agent: Path = AGENT, name: str | None = None
+) -> list[str]:
+    """``id-tracker [--slo S] [--name N] -- python AGENT ARGS`` (``real_agent.py``)."""
     flags = ["--slo", str(slo)] if slo is not None else []
-    return [sys.executable, "-m", "idtracker", *flags, "--", sys.executable, str(AGENT), *args]
+    flags += ["--name", name] if name is not None else []
+    return [sys.executable, "-m", "idtracker", *flags, "--", sys.executable, str(agent), *args]
 
 
 def run_agent(
@@ -484,13 +498,18 @@ class AgentProc:
 
 
 def start_agent(
-    router: Router, workdir: Path, *args: str, env: dict[str, str] | None = None
+    router: Router,
+    workdir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    argv: list[str] | None = None,
 ) -> AgentProc:
+    """An agent under id-tracker (``argv``: another command line than ``agent_argv(*args)``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     err_path = workdir / f"agent-{uuid.uuid4().hex[:8]}.err"
     with err_path.open("w") as err:
         popen = subprocess.Popen(
-            agent_argv(*args),
+            argv or agent_argv(*args),
             env={**scrubbed_env(router.url, workdir), **(env or {})},
             cwd=REPO,
             stdin=subprocess.PIPE,
