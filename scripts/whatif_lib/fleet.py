@@ -93,7 +93,7 @@ def busy_s(cpus: str) -> float | None:
     return total / 100.0  # USER_HZ
 
 
-def _usage(vllm: VllmServer) -> tuple[float, float] | None:
+def core_usage(vllm: VllmServer) -> tuple[float, float] | None:
     """(vLLM's CPU seconds, its cores' busy seconds) now, when vLLM is pinned."""
     if vllm.proc is None or not vllm.spec.cpus:
         return None
@@ -134,7 +134,7 @@ def record_run(
                 if p.line() != {"ready": True}:
                     raise EngineError(f"agent {a.name} did not say it was ready")
             before = vllm.metrics()
-            usage_before = _usage(vllm)
+            usage_before = core_usage(vllm)
             start = time.time() + START_DELAY_S
             for p in procs:
                 assert p.popen.stdin is not None
@@ -156,7 +156,7 @@ def record_run(
                 timeout_s=60.0,
             )
             after = vllm.wait_idle(timeout_s=120.0)
-            usage_after = _usage(vllm)
+            usage_after = core_usage(vllm)
         finally:
             for p in procs:
                 p.kill()
