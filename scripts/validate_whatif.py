@@ -38,9 +38,25 @@ from scripts.whatif_lib.validation import (
     FULL,
     markdown_table,
     validate_config,
+    write_docs,
     write_summary,
 )
 from scripts.whatif_lib.workloads import WORKLOADS
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "whatif.md"
+
+
+def _machine() -> str:
+    """``N CPUs (model)``: what the timings were taken on."""
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{os.cpu_count()} CPUs ({model})"
 
 
 def _pin(enabled: bool) -> str | None:
@@ -62,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=240.0, help="calibration budget")
     parser.add_argument("--out", type=Path, default=Path("out/whatif-validation"))
     parser.add_argument("--no-pin", action="store_true", help="do not pin vLLM to its own core")
+    parser.add_argument(
+        "--docs", action="store_true", help="write the table and plots into docs/whatif.md"
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.repeats <= 10:
         parser.error("--repeats: 1 to 10")
@@ -83,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     meta = {
         "command": " ".join(["python -m scripts.validate_whatif", *(argv or sys.argv[1:])]),
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": _machine(),
         "vllm_cpus": cpus,
         "wall_s": time.monotonic() - started,
         "load_average": os.getloadavg(),
@@ -93,6 +114,9 @@ def main(argv: list[str] | None = None) -> int:
     summary = write_summary(rows, args.out, meta)
     print(markdown_table(rows))
     print(f"wall {meta['wall_s'] / 60:.1f} min; {summary}")
+    if args.docs:
+        write_docs(rows, DOC, meta)
+        print(f"table and plots written into {DOC}")
     if any(not r.valid for r in rows):
         print("NOT VALID ON THIS MACHINE: other processes ran on vLLM's core (see the table)")
         return 3

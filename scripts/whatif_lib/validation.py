@@ -203,6 +203,12 @@ def verdict(row: Row) -> str:
     return "PASS" if row.ok else "FAIL"
 
 
+def _table_verdict(row: Row) -> str:
+    if not row.valid:
+        return "**not valid on this machine**"
+    return "pass" if row.ok else "fail"
+
+
 def _pct(value: Any) -> str:
     return "-" if value is None else f"{value * 100:.1f} %"
 
@@ -245,7 +251,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
             f"| {f['prefix_hits_simulated']:.0f} / {_num(f['prefix_hits_measured'])} "
             f"({_pct(f['prefix_hits_error'])}){mark['prefix_hits']} "
             f"| {_pct(f['noise_median_abs'])} / {_pct(f['noise_p90_abs'])} "
-            f"| {_pct(row.contention)} | {verdict(row).lower()} |"
+            f"| {_pct(row.contention)} | {_table_verdict(row)} |"
         )
     return "\n".join(lines)
 
@@ -282,3 +288,37 @@ def write_summary(rows: Sequence[Row], out: Path, meta: dict[str, Any]) -> Path:
     path.write_text(json.dumps(obj, indent=2) + "\n", encoding="utf-8")
     (out / "table.md").write_text(markdown_table(rows) + "\n", encoding="utf-8")
     return path
+
+
+DOC_BEGIN = "<!-- validation:begin (python -m scripts.validate_whatif --docs writes this) -->"
+DOC_END = "<!-- validation:end -->"
+
+
+def write_docs(rows: Sequence[Row], doc: Path, meta: dict[str, Any]) -> None:
+    """Put the table, the machine's conditions and the plots into docs/whatif.md
+    (between :data:`DOC_BEGIN` and :data:`DOC_END`) and ``docs/whatif/``."""
+    figures_dir = doc.parent / "whatif"
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    links = []
+    for row in rows:
+        target = figures_dir / f"validation-{row.config}-{row.workload}.png"
+        target.write_bytes(row.plot.read_bytes())
+        links.append(f"![{row.workload}, engine {row.config}](whatif/{target.name})")
+    load = ", ".join(f"{x:.1f}" for x in meta["load_average"])
+    block = [
+        DOC_BEGIN,
+        "",
+        f"`{meta['command']}`, {meta['date']}, on {meta['machine']}; vLLM pinned to CPU "
+        f"{meta['vllm_cpus']}, everything else to the others; {meta['wall_s'] / 60:.0f} min; "
+        f"load average at the end {load}.",
+        "",
+        markdown_table(rows),
+        "",
+        *links,
+        "",
+        DOC_END,
+    ]
+    text = doc.read_text(encoding="utf-8")
+    head, _, rest = text.partition(DOC_BEGIN)
+    _, _, tail = rest.partition(DOC_END)
+    doc.write_text(head + "\n".join(block) + tail, encoding="utf-8")
