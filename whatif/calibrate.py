@@ -137,6 +137,10 @@ async def engine_shape(
 async def _pilot(runner: ProbeRunner, shape: EngineShape) -> tuple[Costs, list[ProbeResult]]:
     room = min(shape.max_model_len - 1, shape.capacity_tokens // 2)
     short, long = min(256, room), min(2048, room)
+    # Not timed: a freshly started server's first requests pay one-off costs
+    # (allocations, lazy imports) that no step of a running engine does.
+    for n in (short, long):
+        await runner.probe.complete(runner.prompt(n), 4)
     results = []
     for probe in (PrefillProbe(0, short), PrefillProbe(0, long), DecodeProbe(1, 64, 40)):
         result = await runner.run(probe)

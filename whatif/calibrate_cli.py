@@ -15,6 +15,7 @@ never changes clocks. Bad input is one line and exit status 2.
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 from pathlib import Path
@@ -36,6 +37,7 @@ from whatif.calibrate import (
     worst,
 )
 from whatif.errors import WhatIfError
+from whatif.fit import FEATURES, FitResult
 
 PROG = "kairos calibrate"
 API_KEY_ENV = "VLLM_API_KEY"
@@ -77,6 +79,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         seed: Annotated[int | None, Opt(help="seed of the probes' token ids")] = None,
         quiet: Annotated[bool, Opt("--quiet", help="no line per probe")] = False,
+        probes_out: Annotated[
+            Path | None,
+            Opt(help="also write every probe (counts, measured and fitted seconds) as JSONL"),
+        ] = None,
     ) -> None:
         """Probe a running vLLM and fit the simulator's timing model to it."""
         try:
@@ -102,6 +108,8 @@ def register(app: typer.Typer) -> None:
         try:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text, encoding="utf-8")
+            if probes_out is not None and cal.fit is not None:
+                probes_out.write_text(probe_lines(cal.fit), encoding="utf-8")
         except OSError as exc:
             fail(PROG, f"--out {out}: cannot write: {exc.strerror or exc}")
         typer.echo(report(cal))
@@ -135,6 +143,20 @@ def _settings(
         base_preset=base_preset, max_num_batched_tokens=batched, max_num_seqs=seqs,
         reserve_full_isl=full_isl, name=name, seed=seed,
     )  # fmt: skip
+
+
+def probe_lines(fit: FitResult) -> str:
+    """One JSON line per probe: its kind, label, step counts, measured and fitted s."""
+    rows = []
+    for o, predicted in zip(fit.observations, fit.predicted_s, strict=True):
+        counts = dict(zip(FEATURES, o.features, strict=True))
+        rows.append(
+            json.dumps(
+                {"kind": o.kind, "label": o.label, **counts,
+                 "measured_s": o.measured_s, "fitted_s": predicted}
+            )
+        )  # fmt: skip
+    return "".join(f"{row}\n" for row in rows)
 
 
 def report(cal: Calibration) -> str:

@@ -16,6 +16,8 @@ trace, where ``kairos whatif --compare`` finds them.
 from __future__ import annotations
 
 import json
+import os
+import resource
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +57,9 @@ class RecordedRun:
     vllm_cpu_s: float | None = None
     """CPU time vLLM's processes used during the run."""
     others_s: float | None = None
+    clients_others_s: float | None = None
+    """CPU time processes other than this run's (router, agents, this script) took
+    on the other cores, where the router times every call: 0 on a quiet machine."""
     """CPU time other processes took on vLLM's cores during the run (vLLM pinned):
     the run's contention, which no engine model can predict; 0 on a quiet machine."""
 
@@ -93,6 +98,19 @@ def busy_s(cpus: str) -> float | None:
     return total / 100.0  # USER_HZ
 
 
+def own_cpu_s() -> float:
+    """CPU seconds of this process and its finished children (the router and the
+    agents, once stopped and reaped)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def client_cores() -> str:
+    """The cores this process may run on (the router's and the agents')."""
+    return ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+
+
 def core_usage(vllm: VllmServer) -> tuple[float, float] | None:
     """(vLLM's CPU seconds, its cores' busy seconds) now, when vLLM is pinned."""
     if vllm.proc is None or not vllm.spec.cpus:
@@ -126,6 +144,8 @@ def record_run(
         old.unlink()
     reset_prefix_cache(vllm)
     config = ROUTER_TOML.format(trace=trace)
+    clients = client_cores() if vllm.spec.cpus else None
+    clients_before = (busy_s(clients), own_cpu_s()) if clients else None
     procs: list[AgentProc] = []
     with running_router(workdir, vllm.url, config, name=f"router-{name}") as router:
         try:
@@ -180,4 +200,12 @@ def record_run(
     if usage_before is not None and usage_after is not None:
         ran = usage_after[0] - usage_before[0]
         others = max(0.0, usage_after[1] - usage_before[1] - ran)
-    return RecordedRun(trace, counters, router.records, wall, len(agents), ran, others)
+    client_others = None
+    if clients and clients_before is not None and clients_before[0] is not None:
+        busy = busy_s(clients)
+        if busy is not None:
+            own = own_cpu_s() - clients_before[1]
+            client_others = max(0.0, busy - clients_before[0] - own)
+    return RecordedRun(
+        trace, counters, router.records, wall, len(agents), ran, others, client_others
+    )
