@@ -13,23 +13,28 @@ from kairos_common.cli import VersionOpt, make_app, run_app
 from reporting.cli import register as register_report
 from simulator.cli import register as register_sim
 from simulator.fakevllm_cli import register as register_fake_vllm
+from whatif.calibrate_cli import register as register_calibrate
+from whatif.cli import register as register_whatif
 
 PROG = "kairos"
 
 
 def build_app() -> typer.Typer:
     app = make_app(
-        "Kairos tools: simulate policies, summarise power reports, run a fake vLLM.",
+        "Kairos tools: simulate policies, summarise power reports, run a fake vLLM, "
+        "fit an engine and replay a recorded fleet on it.",
         no_args_is_help=True,
     )
 
     @app.callback()
     def _root(version: VersionOpt = False) -> None:
-        """Kairos tools: simulate policies, summarise power reports, run a fake vLLM."""
+        """Kairos tools: simulate, report, run a fake vLLM, calibrate an engine, what-if."""
 
     register_sim(app)
     register_report(app)
     register_fake_vllm(app)
+    register_calibrate(app)
+    register_whatif(app)
     return app
 
 

@@ -41,6 +41,8 @@ _READ = frozenset(
         "vllm:num_preemptions_total",
         "vllm:prompt_tokens_total",
         "vllm:generation_tokens_total",
+        "vllm:prefix_cache_hits_total",
+        "vllm:prefix_cache_queries_total",
     }
 )
 _MAX_LABEL = 1e15
@@ -75,6 +77,12 @@ class VllmMetrics:
     """GiB of CPU KV tier (``--kv-offloading-size``, the ``kv_offloading_size`` label
     of ``cache_config_info``): 0.0 when vLLM says it has none, None when it does
     not say (older vLLM)."""
+    prefix_cache_hits_total: int | None = None
+    """Prompt tokens served from the prefix cache (``vllm:prefix_cache_hits``)."""
+    prefix_cache_queries_total: int | None = None
+    """Prompt tokens looked up in the prefix cache (``vllm:prefix_cache_queries``)."""
+    block_size: int | None = None
+    """Tokens per KV block (``cache_config_info``'s ``block_size``; the first engine's)."""
 
     @property
     def usage_tokens(self) -> int | None:
@@ -196,4 +204,16 @@ def parse_vllm_metrics(text: str) -> VllmMetrics:
         engines=tuple(engines),
         model_names=tuple(models),
         kv_offloading_gib=_offloading_gib(s for s in samples if s.name == _CACHE_INFO),
+        prefix_cache_hits_total=_sum(samples, "vllm:prefix_cache_hits_total"),
+        prefix_cache_queries_total=_sum(samples, "vllm:prefix_cache_queries_total"),
+        block_size=_block_size(s for s in samples if s.name == _CACHE_INFO),
     )
+
+
+def _block_size(samples: Iterable[Sample]) -> int | None:
+    for s in samples:
+        try:
+            return _label_int(s.labels["block_size"]) or None
+        except (KeyError, ValueError):
+            continue
+    return None

@@ -54,6 +54,7 @@ from router.secrets_store import RouterCredentials, load_or_create_secret
 from router.server_limits import LimitedRunner, http_logger
 from router.store import SqliteStore, StateStore
 from router.token_count import TokenCountApi
+from router.trace_recorder import TraceRecorder
 from router.upstream import UpstreamClient
 
 log = structlog.get_logger("kairos.router")
@@ -159,6 +160,10 @@ def create_app(
     pool = core.pool
     for inst in pool:
         credentials.write_daemon_file(inst.name)
+    trace = None
+    if config.trace.path is not None:  # agent traces for kairos whatif (off by default)
+        trace = TraceRecorder(config.trace, clock=clock, wall_clock=wall_clock, run=config.run)
+        core.ledger.on_remove.append(trace.agent_left)
     auth = ControlAuth(
         credentials,
         lambda: [i.name for i in pool],
@@ -194,6 +199,7 @@ def create_app(
         clock=clock,
         limits=ProxyLimits.from_config(config),
         gate=gate,
+        trace=trace,
     )
     for path in ROUTES:
         app.router.add_post(path, proxy.handle)
@@ -328,6 +334,8 @@ def create_app(
                 await core.store.close()
             core.energy.close()  # parked agent records, with the energy known by now
             records.close()
+            if trace is not None:
+                trace.close()  # live agents' sessions so far, marked not ended
 
     app.cleanup_ctx.append(lifecycle)
     return app

@@ -95,6 +95,13 @@ def run(
         Path | None,
         typer.Option(help="Per-agent completion records JSONL (default STATE_DIR/agents.jsonl)."),
     ] = None,
+    trace_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="Record every agent's program (token counts and times, never text) to this "
+            "JSONL file for kairos whatif (config [trace] path; off by default)."
+        ),
+    ] = None,
     capacity_tokens: Annotated[
         int | None,
         typer.Option(
@@ -169,6 +176,8 @@ def run(
         overrides["placement"] = {"policy": placement}
     if capacity_tokens is not None:
         overrides["admission"] = {"capacity_tokens": capacity_tokens}
+    if trace_file is not None:
+        overrides["trace"] = {"path": trace_file}
     try:
         check_log_level(log_level)
         cfg = load_config(

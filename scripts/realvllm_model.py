@@ -7,6 +7,12 @@ and messages routes work. Run with the vLLM environment's interpreter (it needs
 ``torch``, ``transformers`` and ``tokenizers``, which vLLM pins)::
 
     .cache/vllm-venv/bin/python scripts/realvllm_model.py .cache/realvllm-model
+    .cache/vllm-venv/bin/python scripts/realvllm_model.py .cache/realvllm-model-long 131072
+
+The optional second argument is the context window (``max_position_embeddings``,
+default 8192). The long variant has the same weights (same seed, same shapes:
+RoPE has no learned positions) and serves the what-if validation's long-context
+sessions, tens of thousands of tokens a prompt (docs/whatif.md).
 
 Shape choices: head dim 64 (vLLM's CPU attention rejects 16), 2 KV heads (GQA,
 like the models Kairos serves), vocabulary 1024, 1.3 M parameters: vLLM on two
@@ -28,6 +34,7 @@ CHAT_TEMPLATE = (
 )
 SPECIAL = ["<|bos|>", "<|eos|>", "<|pad|>", "<|end|>", "<|user|>", "<|assistant|>", "<|system|>"]
 VOCAB = 1024
+DEFAULT_MAX_LEN = 8192
 CORPUS = [
     "Kairos lowers the GPU clock while the KV cache has headroom.",
     "An agent calls the model many times; its context grows every turn.",
@@ -38,7 +45,7 @@ CORPUS = [
 ]
 
 
-def build(out: Path) -> None:
+def build(out: Path, max_len: int = DEFAULT_MAX_LEN) -> None:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -58,7 +65,7 @@ def build(out: Path) -> None:
         tokenizer_object=tok, bos_token=bos, eos_token=eos, pad_token=pad
     )
     fast.chat_template = CHAT_TEMPLATE
-    fast.model_max_length = 8192
+    fast.model_max_length = max_len
     config = LlamaConfig(
         vocab_size=VOCAB,
         hidden_size=256,
@@ -66,7 +73,7 @@ def build(out: Path) -> None:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=8192,
+        max_position_embeddings=max_len,
         bos_token_id=fast.bos_token_id,
         eos_token_id=fast.eos_token_id,
         pad_token_id=fast.pad_token_id,
@@ -80,14 +87,22 @@ def build(out: Path) -> None:
     params = sum(p.numel() for p in model.parameters())
     (out / "kairos-model.json").write_text(
         json.dumps(
-            {"parameters": params, "vocab_size": VOCAB, "tokenizer_vocab": tok.get_vocab_size()}
+            {
+                "parameters": params,
+                "vocab_size": VOCAB,
+                "tokenizer_vocab": tok.get_vocab_size(),
+                "max_position_embeddings": max_len,
+            }
         )
         + "\n"
     )
-    print(f"tiny model: {params} parameters, tokenizer vocab {tok.get_vocab_size()} -> {out}")
+    print(
+        f"tiny model: {params} parameters, tokenizer vocab {tok.get_vocab_size()}, "
+        f"window {max_len} -> {out}"
+    )
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: realvllm_model.py OUT_DIR")
-    build(Path(sys.argv[1]))
+    if len(sys.argv) not in (2, 3) or (len(sys.argv) == 3 and not sys.argv[2].isdigit()):
+        sys.exit("usage: realvllm_model.py OUT_DIR [MAX_LEN]")
+    build(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) == 3 else DEFAULT_MAX_LEN)

@@ -32,11 +32,11 @@ from kairos_common.errors import ConfigError
 from kairos_common.logs import configure_logging
 from simulator.cluster import DEFAULT_CLIENT_PATIENCE_S
 from simulator.errors import SimulatorError
+from simulator.preset_file import resolve_preset
 from simulator.presets import (
     DEFAULT_PRESET,
     PRESET_NAMES,
     control_levels,
-    get_preset,
     with_full_isl,
     with_kv_offload,
     with_num_levels,
@@ -89,7 +89,7 @@ def _specs(cfg: SimCliConfig) -> list[SimSpec]:
         placement=cfg.placement,
         preset=with_full_isl(
             with_kv_offload(
-                with_num_levels(get_preset(cfg.preset), cfg.num_levels), cfg.kv_offload_gib
+                with_num_levels(resolve_preset(cfg.preset), cfg.num_levels), cfg.kv_offload_gib
             ),
             cfg.reserve_full_isl,
         ),
@@ -225,7 +225,8 @@ HELP: dict[str, str] = {
     "policy": "kairos (default) | kairos-alg1 | kairos-no-ta | predictive | no-control | fixed:MHZ",
     "compare": "comma-separated policies run side by side on identical arrivals",
     "seed": "seed of arrivals and workload (default 1)",
-    "preset": f"GPU/model preset (default {DEFAULT_PRESET}): {', '.join(PRESET_NAMES)}",
+    "preset": f"GPU/model preset (default {DEFAULT_PRESET}): {', '.join(PRESET_NAMES)}, "
+    "or a preset file (FILE.toml) that kairos calibrate fitted to an engine",
     "placement": (
         "router placement: consolidating (default) | round-robin | least-context | confident"
     ),

@@ -107,12 +107,17 @@ class Cluster:
         arrivals_s: list[float],
         *,
         progress: Callable[[float], None] | None = None,
+        on_request: Callable[[str, int, float, RequestFinished], None] | None = None,
     ) -> None:
         self.preset = preset
         self.config = config
         self.workload = workload
         self.arrivals_s = arrivals_s
         self.progress = progress
+        self.on_request = on_request
+        """Told of every finished request: agent id, turn index, when the agent released
+        it (held time included from there) and the engine's event (``kairos whatif
+        --compare`` sets simulated calls beside recorded ones)."""
         self.epoch_s = config.epoch_s or preset.control.epoch_s
         timing, power = TimingModel(preset.timing), PowerModel(preset.power)
         self.instances: list[SimInstance] = []
@@ -350,6 +355,8 @@ class Cluster:
             self.admission.rehome_held(t)
             return
         assert isinstance(ev, RequestFinished)
+        if self.on_request is not None:
+            self.on_request(agent.agent_id, agent.next_turn, agent.release_s, ev)
         inst.observations.append(inst.observation(ev))
         inst.completed(agent, t, ev.prompt_tokens, ev.output_tokens)
         self.energy.record(

@@ -87,6 +87,11 @@ class Engine:
         self.kv = KvCache(params.kv_capacity_tokens, params.block_size, tier)
         self.load_tokens = 0
         """Tokens loaded from the CPU tier by the step being scheduled (its stall)."""
+        t = timing.params
+        self.admit_cost = bool(t.request_overhead_s or t.request_s_per_prompt_token)
+        """Admitting a request costs host time (``TimingParams.request_overhead_s``)."""
+        self.admit_s = 0.0
+        """Host time of the requests the step being scheduled admits (its stall)."""
         self.counters = EngineCounters()
         self.emit_progress = emit_progress
         self.fast_forward = fast_forward
@@ -292,7 +297,12 @@ class Engine:
         return hit, max(0, min(tier.blocks_of(key), limit) - hit)
 
     def with_load(self, cost: StepCost) -> StepCost:
-        """The step's cost with the CPU-tier loads it admitted, as a stall."""
+        """The step's cost with the CPU-tier loads it admitted, as a stall, and the
+        host time of the requests it admitted (``TimingParams.request_overhead_s``)."""
+        if self.admit_s:
+            host = self.admit_s
+            self.admit_s = 0.0
+            cost = cost._replace(cpu_s=cost.cpu_s + host, time_s=cost.time_s + host)
         if not self.load_tokens:
             return cost
         extra = self.timing.load_s(self.load_tokens)

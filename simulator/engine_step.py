@@ -197,7 +197,7 @@ def _price(
     tokens already counted (the cohort's) plus what ``scheduled`` holds. Both
     paths price a step here, from the same integer sums, so they give the same
     floats. Counts the prefill tokens computed."""
-    prefill = pairs = 0
+    prefill = pairs = chunks = 0
     for seq, n in scheduled:
         if _is_decode(seq, n):
             decode_seqs += 1
@@ -205,6 +205,7 @@ def _price(
         else:
             prefill += n
             pairs += attention_pairs(n, seq.computed)
+            chunks += 1
     clock = eng.gpu.clock_at(eng.now_s)
     cost = eng.timing.step(
         clock,
@@ -212,6 +213,7 @@ def _price(
         decode_context_tokens=decode_ctx,
         prefill_tokens=prefill,
         attn_pairs=pairs,
+        prefill_seqs=chunks,
     )
     eng.counters.prefill_computed_tokens += prefill
     return clock, eng.with_load(cost)
@@ -245,6 +247,8 @@ def admit_waiting(eng: Engine, budget: int, scheduled: list[tuple[Seq, int]]) ->
             if seq.hit_tokens < 0:
                 seq.hit_tokens = seq.computed
                 c.prompt_tokens += seq.req.prompt_tokens
+                if eng.admit_cost:
+                    eng.admit_s += eng.timing.admission_s(seq.req.prompt_tokens)
             c.prefix_queried_tokens += seq.total
             c.prefill_reused_tokens += hit * bs
             upto = seq.recompute_upto // bs * bs

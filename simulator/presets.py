@@ -60,6 +60,21 @@ class TimingParams:
     """Host-to-GPU copy rate of the CPU KV tier (``EngineParams.kv_offload_tokens``):
     PCIe Gen5 x16 peaks at 64 GB/s; vLLM gathers scattered 16-token blocks, so
     less than half is assumed (a 100K-token context loads in 0.4 s)."""
+    seq_overhead_s: float = 0.0
+    """Host time per sequence a step schedules (a decode or a prefill chunk): its
+    inputs prepared, its token sampled and turned into output (detokenized,
+    streamed). Clock-independent. 0 in the GPU presets, whose per-step host cost
+    ``cpu_overhead_s`` stands for it at their batch sizes; fitted by ``kairos
+    calibrate`` (docs/whatif.md), and a visible part of a step on a CPU engine,
+    where the API server shares the cores with the model."""
+    request_overhead_s: float = 0.0
+    """Host time per request the engine admits for the first time (its set-up:
+    sampling parameters, block table, first response), charged to the step that
+    admits it. 0 in the GPU presets; fitted by ``kairos calibrate``."""
+    request_s_per_prompt_token: float = 0.0
+    """Host time per prompt token of a request admitted for the first time, cached
+    or not (the prompt received and parsed, its blocks hashed for the prefix
+    cache), charged like ``request_overhead_s``. 0 in the GPU presets."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +286,9 @@ def scaled(preset: Preset, *, timing: float = 1.0, power: float = 1.0) -> Preset
             mem_bw_bytes_s=t.mem_bw_bytes_s / timing,
             prefill_s_per_token=t.prefill_s_per_token * timing,
             attn_s_per_pair=t.attn_s_per_pair * timing,
+            seq_overhead_s=t.seq_overhead_s * timing,
+            request_overhead_s=t.request_overhead_s * timing,
+            request_s_per_prompt_token=t.request_s_per_prompt_token * timing,
         ),
         power=dataclasses.replace(
             p,

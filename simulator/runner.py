@@ -28,6 +28,7 @@ from simulator.errors import WorkloadError
 from simulator.presets import Preset, get_preset
 from simulator.workload import Workload
 from simulator.workload_paper import PaperWorkload
+from simulator.workload_recorded import RecordedWorkload
 from simulator.workload_trace import DEFAULT_THINK_CAP_S, TraceWorkload
 
 
@@ -66,8 +67,9 @@ class SimSpec:
 
     @property
     def workload_label(self) -> str:
-        if self.workload.startswith("trace:"):
-            return "trace-" + Path(self.workload.removeprefix("trace:")).stem
+        for kind in ("trace", "recorded"):
+            if self.workload.startswith(f"{kind}:"):
+                return f"{kind}-" + Path(self.workload.removeprefix(f"{kind}:")).stem
         return self.workload
 
 
@@ -82,20 +84,29 @@ class SimResult:
 
 
 def build_workload(spec: SimSpec) -> Workload:
-    """The workload named by ``spec.workload``: ``paper`` or ``trace:PATH``."""
+    """The workload named by ``spec.workload``: ``paper``, ``trace:PATH`` or
+    ``recorded:PATH`` (a router's recording at its recorded arrivals)."""
     if spec.workload == "paper":
         return PaperWorkload(spec.seed)
     if spec.workload.startswith("trace:"):
         path = Path(spec.workload.removeprefix("trace:"))
         return TraceWorkload.from_file(path, spec.seed, spec.think_cap_s)
-    raise WorkloadError(f"unknown workload {spec.workload!r}; use 'paper' or 'trace:PATH'")
+    if spec.workload.startswith("recorded:"):
+        path = Path(spec.workload.removeprefix("recorded:"))
+        return RecordedWorkload.from_file(path, spec.think_cap_s)
+    raise WorkloadError(
+        f"unknown workload {spec.workload!r}; use 'paper', 'trace:PATH' or 'recorded:PATH'"
+    )
 
 
 def build_arrivals(spec: SimSpec) -> list[float]:
     offset = spec.arrival_offset_s
     if not (math.isfinite(offset) and 0.0 <= offset < spec.duration_s):
         raise WorkloadError(f"arrival_offset_s must be in [0, duration_s), got {offset}")
-    if spec.arrivals_file is not None:
+    if spec.workload.startswith("recorded:") and spec.arrivals_file is None:
+        path = Path(spec.workload.removeprefix("recorded:"))
+        arrivals = RecordedWorkload.from_file(path, spec.think_cap_s).arrivals()
+    elif spec.arrivals_file is not None:
         arrivals = replay_arrivals(spec.arrivals_file, spec.duration_s)
     else:
         arrivals = poisson_arrivals(spec.rate_per_s, spec.duration_s, spec.seed)

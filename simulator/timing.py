@@ -14,6 +14,13 @@ The weight streaming and the prefill GEMMs overlap (roofline): a step pays the
 larger of the two, so a decode batch is memory-bound and a 2048-token prefill
 chunk compute-bound, as on the real GPU.
 
+Host work that grows with the step's contents (``TimingParams.seq_overhead_s`` per
+sequence scheduled, ``request_overhead_s`` and ``request_s_per_prompt_token`` per
+request admitted for the first time) is part of ``cpu_s``. Those terms are 0 in
+the GPU presets, which fold host work into the per-step ``cpu_overhead_s``, and
+are fitted by ``kairos calibrate`` where they are visible (a CPU engine, whose API
+server shares the cores with the model; docs/whatif.md).
+
 The MoE weight term uses the expected number of distinct experts a batch of
 ``T`` tokens reads, ``E(T) = N·(1 − (1 − k/N)^T)``. Every part is linear in the
 decode context, so a run of pure-decode steps has a closed form
@@ -104,11 +111,14 @@ class TimingModel:
         experts = self.distinct_experts(batch)
         added = self.distinct_experts(batch + 1) - experts
         shared_bytes = p.base_weight_bytes + (experts - batch * added) * p.expert_weight_bytes
+        token_s = added * p.expert_weight_bytes * self._weight_s_per_byte
+        if p.seq_overhead_s:  # each decoded token is a sequence in its step
+            token_s += p.seq_overhead_s
         return WorkWeights(
             prefill_s_per_token=p.prefill_s_per_token,
             attn_s_per_pair=p.attn_s_per_pair,
             step_shared_s=p.cpu_overhead_s + p.gpu_fixed_s + shared_bytes * self._weight_s_per_byte,
-            token_s=added * p.expert_weight_bytes * self._weight_s_per_byte,
+            token_s=token_s,
             kv_s_per_token=self._kv_s_per_token,
         )
 
@@ -153,9 +163,11 @@ class TimingModel:
         decode_context_tokens: int,
         prefill_tokens: int,
         attn_pairs: int,
+        prefill_seqs: int = 0,
     ) -> StepCost:
         """Cost of one step: ``decode_seqs`` sequences reading ``decode_context_tokens``
-        of KV in total, plus prefill chunks of ``prefill_tokens`` with ``attn_pairs``."""
+        of KV in total, plus ``prefill_seqs`` prefill chunks of ``prefill_tokens`` with
+        ``attn_pairs``."""
         p = self.params
         sm, sc, _ = self._factors(clock_mhz)
         weights = self.weight_s(decode_seqs + prefill_tokens) * sm
@@ -169,7 +181,14 @@ class TimingModel:
         else:
             mem += weights
         cpu, fixed = p.cpu_overhead_s, p.gpu_fixed_s * sc
+        if p.seq_overhead_s:  # branch: the GPU presets' floats stay exactly as they were
+            cpu += (decode_seqs + prefill_seqs) * p.seq_overhead_s
         return StepCost(cpu, fixed, mem, comp, cpu + fixed + mem + comp)
+
+    def admission_s(self, prompt_tokens: int) -> float:
+        """Host time of admitting a request of ``prompt_tokens`` for the first time."""
+        p = self.params
+        return p.request_overhead_s + prompt_tokens * p.request_s_per_prompt_token
 
     def decode_coeffs(
         self, clock_mhz: float, seqs: int, context_tokens: int
@@ -178,6 +197,8 @@ class TimingModel:
         (0-based) takes ``const_s + mem0_s + k·dmem_s`` seconds, all in ``mem_s``
         except ``const_s`` (cpu + fixed)."""
         sm, _, const = self._factors(clock_mhz)
+        if self.params.seq_overhead_s:
+            const += seqs * self.params.seq_overhead_s
         mem0 = (self.weight_s(seqs) + context_tokens * self._kv_s_per_token) * sm
         dmem = seqs * self._kv_s_per_token * sm
         return const, mem0, dmem
@@ -191,6 +212,8 @@ class TimingModel:
         dmem = seqs * kv * sm
         mem = steps * mem0 + dmem * steps * (steps - 1) / 2.0
         cpu, fixed = steps * p.cpu_overhead_s, steps * p.gpu_fixed_s * sc
+        if p.seq_overhead_s:
+            cpu += steps * seqs * p.seq_overhead_s
         return StepCost(cpu, fixed, mem, 0.0, cpu + fixed + mem + 0.0)
 
     def decode_steps_before(

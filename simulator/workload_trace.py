@@ -8,6 +8,12 @@ capped at ``think_cap_s`` (default 60 s). Sessions carry no global arrival time,
 so :class:`TraceWorkload` hands out top-level sessions (with their sub-agents)
 in a seeded random order, cycling with fresh agent ids when the arrivals
 outnumber the sessions.
+
+A router's recorded traces (``kairos-router --trace-file``,
+:mod:`reporting.agent_trace`) are the same format with more fields, which this
+loader ignores; a session whose parent is not in the file (a recording that
+rotated between them) runs as a top-level session. Replaying them with their
+recorded arrivals is :mod:`simulator.workload_recorded`.
 """
 
 from __future__ import annotations
@@ -27,11 +33,15 @@ DEFAULT_THINK_CAP_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
-class _Session:
+class Session:
+    """One parsed trace line: a session's program and what places it in time."""
+
     session_id: str
     parent: str | None
     offset_s: float
     turns: tuple[Turn, ...]
+    start_unix_s: float | None = None
+    """When a recorded session started (wall clock), for a replay at its arrival."""
 
 
 def _int(obj: dict[str, Any], key: str, where: str) -> int:
@@ -53,11 +63,16 @@ def _parse_turn(obj: Any, where: str, think_cap_s: float) -> Turn:
     return Turn(max(1, prompt), shared, output, min(float(think), think_cap_s))
 
 
-def _parse_line(line: str, where: str, think_cap_s: float) -> _Session:
+def _parse_line(line: str, where: str, think_cap_s: float) -> Session:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise WorkloadError(f"{where}: not JSON: {exc.msg}") from exc
+    return parse_session(obj, where, think_cap_s)
+
+
+def parse_session(obj: Any, where: str, think_cap_s: float) -> Session:
+    """One session object of a trace, checked (``where`` names it in errors)."""
     if not isinstance(obj, dict):
         raise WorkloadError(f"{where}: expected a JSON object")
     sid = obj.get("session_id")
@@ -73,7 +88,12 @@ def _parse_line(line: str, where: str, think_cap_s: float) -> _Session:
     offset = obj.get("offset_s", 0.0)
     if isinstance(offset, bool) or not isinstance(offset, int | float) or offset < 0:
         raise WorkloadError(f"{where}: offset_s must be a non-negative number")
-    return _Session(sid, parent, float(offset), turns)
+    start = obj.get("start_unix_s")
+    if start is not None and (
+        isinstance(start, bool) or not isinstance(start, int | float) or not start >= 0
+    ):
+        raise WorkloadError(f"{where}: start_unix_s must be a non-negative number")
+    return Session(sid, parent, float(offset), turns, None if start is None else float(start))
 
 
 def load_trace(path: Path, think_cap_s: float = DEFAULT_THINK_CAP_S) -> list[AgentProgram]:
@@ -90,20 +110,20 @@ def load_trace(path: Path, think_cap_s: float = DEFAULT_THINK_CAP_S) -> list[Age
     return build_programs(sessions, str(path))
 
 
-def build_programs(sessions: Iterable[_Session], where: str) -> list[AgentProgram]:
-    by_id: dict[str, _Session] = {}
+def build_programs(sessions: Iterable[Session], where: str) -> list[AgentProgram]:
+    """The top-level programs, sub-sessions attached as children (a session whose
+    parent is not among ``sessions`` is top-level), in the order of ``sessions``."""
+    by_id: dict[str, Session] = {}
     for s in sessions:
         if s.session_id in by_id:
             raise WorkloadError(f"{where}: duplicate session_id {s.session_id!r}")
         by_id[s.session_id] = s
-    kids: dict[str, list[_Session]] = {}
+    kids: dict[str, list[Session]] = {}
     for s in by_id.values():
-        if s.parent is not None:
-            if s.parent not in by_id:
-                raise WorkloadError(f"{where}: {s.session_id} has unknown parent {s.parent!r}")
+        if s.parent is not None and s.parent in by_id:
             kids.setdefault(s.parent, []).append(s)
 
-    def build(s: _Session, depth: int) -> AgentProgram:
+    def build(s: Session, depth: int) -> AgentProgram:
         if depth > 32:
             raise WorkloadError(f"{where}: sub-agent nesting too deep at {s.session_id}")
         children = tuple(
@@ -112,7 +132,7 @@ def build_programs(sessions: Iterable[_Session], where: str) -> list[AgentProgra
         )
         return AgentProgram(s.session_id, s.turns, s.parent, s.offset_s, children)
 
-    roots = [build(s, 0) for s in by_id.values() if s.parent is None]
+    roots = [build(s, 0) for s in by_id.values() if s.parent is None or s.parent not in by_id]
     if not roots:
         raise WorkloadError(f"{where}: no top-level session")
     return roots

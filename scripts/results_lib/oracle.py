@@ -1,110 +1,19 @@
-"""The "oracle" lower bound of item 8: the least average power a fixed-per-window
-clock schedule achieves while meeting the SLO on the same arrivals.
+"""Item 8's oracle task: the search of :mod:`simulator.oracle` as a results worker.
 
-Definition (what the document calls the oracle). The window is split into
-``K = duration / window_s`` windows; a *schedule* locks one clock from the
-KAIROS level set in each window and, like the fixed-clock baseline, admits every
-agent at once. A schedule is *feasible* when the run meets the SLO (P5 per-agent
-throughput ≥ τ, Eq. 3 over finished agents) and finishes at least
-``COMPLETION_FLOOR`` × the agents no control finishes on the same arrivals (so a
-schedule cannot "meet" the SLO by leaving slow agents unfinished).
-
-Search (offline, full re-simulation, with hindsight of the arrivals):
-
-1. every constant schedule (one run per level); the best feasible one is the start;
-2. greedy, window by window from the first: try the levels below the window's
-   current clock, lowest first, each with the rest of the schedule unchanged,
-   and keep the first that stays feasible *and* lowers average power.
-
-Every accepted step keeps a feasible schedule, so the result is feasible. It is
-an upper bound on the true optimum of the schedule family (greedy can miss
-better schedules; clocks interact across windows through queued context), and
-a lower bound only for policies inside the family — KAIROS changes clocks every
-5 s and holds agents back, so it can beat it (a negative gap).
+The oracle itself (its definition, the schedule controller and the greedy
+search) lives in :mod:`simulator.oracle`, where ``kairos whatif`` runs it too.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from controllers import ControlDecision, FrequencyLevels, InstanceSnapshot, Reason
-from controllers.types import ADMIT_ALL
-from reporting.metrics import summarize
-from scripts.results_lib.runs import Metrics, metrics_of
-from simulator.cluster import Cluster
-from simulator.presets import control_levels
-from simulator.runner import SimSpec, build_arrivals, build_workload, cluster_config, run_sim
+from scripts.results_lib.runs import Metrics
+from simulator.oracle import COMPLETION_FLOOR, ScheduleController, run_schedule
+from simulator.oracle import oracle_search as search
+from simulator.runner import SimSpec
 
-COMPLETION_FLOOR = 0.98
-
-
-class ScheduleController:
-    """Locks the clock of the current window; admits every pending agent."""
-
-    name = "oracle"
-    rule = ADMIT_ALL
-
-    def __init__(
-        self, levels: FrequencyLevels, schedule_mhz: Sequence[int], window_s: float
-    ) -> None:
-        self.levels = levels
-        self.schedule_mhz = tuple(schedule_mhz)
-        self.window_s = window_s
-
-    def decide(self, snapshot: InstanceSnapshot) -> ControlDecision:
-        k = min(int(snapshot.now_s // self.window_s), len(self.schedule_mhz) - 1)
-        clock = self.schedule_mhz[k]
-        usage = snapshot.usage_tokens
-        if usage is None:
-            usage = sum(a.context_tokens or 0 for a in snapshot.ongoing)
-        return ControlDecision(
-            epoch=snapshot.epoch,
-            level=self.levels.clocks_mhz.index(clock) + 1,
-            clock_mhz=clock,
-            admit=tuple(a.agent_id for a in snapshot.pending),
-            usage_tokens=usage,
-            capacity_tokens=snapshot.capacity_tokens,
-            reason=Reason.ORACLE,
-        )
-
-
-def run_schedule(spec: SimSpec, schedule_mhz: Sequence[int], window_s: float) -> dict[str, Any]:
-    """One single-instance run of ``spec``'s arrivals under a clock schedule."""
-    config = dataclasses.replace(
-        cluster_config(spec),
-        policy="no-control",
-        instances=1,
-        run=f"oracle-r{spec.rate_per_s:g}-s{spec.seed}",
-    )
-    cluster = Cluster(spec.preset, config, build_workload(spec), build_arrivals(spec))
-    levels = control_levels(spec.preset, "kairos")
-    for inst in cluster.instances:
-        inst.controller = ScheduleController(levels, schedule_mhz, window_s)
-    cluster.policy_name = "oracle"
-    cluster.run()
-    counters = cluster.instances[0].engine.counters
-    s = summarize(
-        "oracle",
-        cluster.epochs,
-        cluster.agents_done,
-        slo_tok_s=spec.slo_tok_s,
-        duration_s=spec.duration_s,
-        preemptions=counters.preemptions,
-        recomputed_tokens=counters.recomputed_tokens,
-    )
-    return {
-        "avg_power_w": s.avg_power_w,
-        "energy_per_output_token_j": s.energy_per_output_token_j,
-        "p5_agent_throughput_tok_s": s.p5_agent_throughput_tok_s,
-        "slo_attainment": s.slo_attainment,
-        "completed_agents": s.completed_agents,
-        "job_throughput_per_s": s.job_throughput_per_s,
-        "recomputed_tokens": s.recomputed_tokens,
-    }
+__all__ = ["COMPLETION_FLOOR", "OracleSpec", "ScheduleController", "oracle_search", "run_schedule"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,54 +23,19 @@ class OracleSpec:
 
 
 def oracle_search(task: OracleSpec) -> Metrics:
-    """Worker entry point: the greedy search above; returns the schedule and its metrics."""
+    """Worker entry point: the greedy search; returns the schedule and its metrics."""
     spec, window_s = task.spec, task.window_s
-    k_windows = max(1, math.ceil(spec.duration_s / window_s - 1e-9))
-    levels = control_levels(spec.preset, "kairos").clocks_mhz
-    base = metrics_of(run_sim(dataclasses.replace(spec, policy="no-control")))
-    need = math.floor(COMPLETION_FLOOR * base["completed_agents"])
-    runs = 0
-
-    def evaluate(schedule: Sequence[int]) -> tuple[bool, dict[str, Any]]:
-        nonlocal runs
-        runs += 1
-        m = run_schedule(spec, schedule, window_s)
-        p5 = m["p5_agent_throughput_tok_s"] or 0.0
-        return p5 >= spec.slo_tok_s and m["completed_agents"] >= need, m
-
-    constants: dict[int, dict[str, Any]] = {}
-    best: tuple[list[int], dict[str, Any]] | None = None
-    for clock in levels:
-        ok, m = evaluate([clock] * k_windows)
-        constants[clock] = {**m, "feasible": ok}
-        if ok and (best is None or m["avg_power_w"] < best[1]["avg_power_w"]):
-            best = ([clock] * k_windows, m)
-    best_constant = None if best is None else best[0][0]
-    if best is None:  # even the top clock misses the SLO: report it, no oracle
-        top = levels[-1]
-        best = ([top] * k_windows, constants[top])
-        feasible = False
-    else:
-        feasible = True
-        for k in range(k_windows):
-            schedule, current = best
-            for clock in [c for c in levels if c < schedule[k]]:
-                trial = [*schedule[:k], clock, *schedule[k + 1 :]]
-                ok, m = evaluate(trial)
-                if ok and m["avg_power_w"] < current["avg_power_w"]:
-                    best = (trial, m)
-                    break
-    schedule, m = best
+    r = search(spec, window_s)
     return {
-        **m,
-        "feasible": feasible,
-        "schedule_mhz": schedule,
+        **r.metrics,
+        "feasible": r.feasible,
+        "schedule_mhz": r.schedule_mhz,
         "window_s": window_s,
-        "best_constant_mhz": best_constant,
-        "constants": {str(c): v for c, v in constants.items()},
-        "no_control": {k: base[k] for k in ("avg_power_w", "completed_agents")},
-        "completion_floor": need,
-        "search_runs": runs,
+        "best_constant_mhz": r.best_constant_mhz,
+        "constants": {str(c): v for c, v in r.constants.items()},
+        "no_control": r.no_control,
+        "completion_floor": r.completion_floor,
+        "search_runs": r.search_runs,
         "rate_per_s": spec.rate_per_s,
         "slo_tok_s": spec.slo_tok_s,
         "seed": spec.seed,

@@ -95,6 +95,9 @@ ROUTER = ("run", "--backend", U, "--state-dir", "{tmp}/state")
 SIM = ("sim", "--duration-s", "60", "--no-plots", "--out", "{tmp}/sim")
 
 
+P = "h100-nvl-qwen3-30b"
+
+
 def cases() -> list[Case]:
     c = Case
     return [
@@ -200,6 +203,19 @@ def cases() -> list[Case]:
         c("kairos", ("fake-vllm", "--port", "{busy}"), 2, "already in use"),
         c("kairos", ("fake-vllm", "--port-file", "{nodir}"), 2, "--port-file"),
         c("kairos", ("fake-vllm", "--kv-capacity-tokens", "0"), 2, "--kv-capacity-tokens"),
+        c("kairos", ("calibrate",), 2, "--vllm-url"),
+        c("kairos", ("calibrate", "--vllm-url", "notaurl"), 2, "--vllm-url"),
+        c("kairos", ("calibrate", "--vllm-url", U, "--budget-s", "1"), 2, "--budget-s"),
+        c("kairos", ("calibrate", "--vllm-url", U, "--base-preset", "nope"), 2, "--base-preset"),
+        c("kairos", ("calibrate", "--vllm-url", U, "--out", "{dir}"), 2, "is a directory"),
+        c("kairos", ("calibrate", "--vllm-url", U, "--max-num-seqs", "0"), 2, "--max-num-seqs"),
+        c("kairos", ("calibrate", "--vllm-url", U), 1, "failed"),
+        c("kairos", ("whatif",), 2, "--trace"),
+        c("kairos", ("whatif", "--trace", "{missing}", "--preset", P), 2, "no such file"),
+        c("kairos", ("whatif", "--trace", "{short}", "--preset", P), 2, "session_id"),
+        c("kairos", ("whatif", "--trace", "{short}", "--preset", "{png}"), 2, "not TOML"),
+        c("kairos", ("whatif", "--trace", "{short}", "--preset", "nope"), 2, "unknown preset"),
+        c("kairos-router", (*ROUTER, "--trace-file", "{dir}"), 2, "is a directory"),
     ]
 
 

@@ -36,6 +36,8 @@ REPO = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("KAIROS_REALVLLM_CACHE", str(REPO / ".cache")))
 VLLM_PYTHON = CACHE / "vllm-venv" / "bin" / "python"
 MODEL_DIR = CACHE / "realvllm-model"
+LONG_MODEL_DIR = CACHE / "realvllm-model-long"
+"""The same model with a 131072-token window (the what-if validation's long sessions)."""
 MODEL_NAME = "tiny-llama"
 VLLM_VERSION = "0.32.0"
 BIN = Path(sys.executable).parent
@@ -213,6 +215,10 @@ class VllmSpec:
     max_model_len: int = 2048
     extra: tuple[str, ...] = ("--enforce-eager",)  # no torch.compile warm-up: starts ~2x faster
     model: Path = MODEL_DIR
+    """The tiny model, or its long-window twin (``LONG_MODEL_DIR``)."""
+    cpus: str | None = None
+    """CPU list to pin vLLM to (``taskset -c``, and vLLM's OpenMP threads with it);
+    None: wherever the OS schedules it."""
 
 
 @dataclass
@@ -287,8 +293,9 @@ class VllmServer:
 
 
 def vllm_argv(port: int, spec: VllmSpec) -> list[str]:
+    pin = ["taskset", "-c", spec.cpus] if spec.cpus else []
     argv = [
-        str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
+        *pin, str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server",
         "--model", str(spec.model), "--served-model-name", MODEL_NAME,
         "--host", "127.0.0.1", "--port", str(port),
         "--max-model-len", str(spec.max_model_len), "--dtype", "bfloat16",
@@ -324,7 +331,10 @@ def running_vllm(
         )
     port = free_port()
     t0 = time.monotonic()
-    proc = spawn(name, vllm_argv(port, spec), workdir, vllm_env())
+    env = vllm_env()
+    if spec.cpus:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = spec.cpus
+    proc = spawn(name, vllm_argv(port, spec), workdir, env)
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(proc, url + "/health", timeout_s)
@@ -417,10 +427,13 @@ def scrubbed_env(router_url: str, workdir: Path) -> dict[str, str]:
 AGENT = Path(__file__).parent / "agents" / "real_agent.py"
 
 
-def agent_argv(*args: str, slo: float | None = None) -> list[str]:
-    """``id-tracker [--slo S] -- python real_agent.py ARGS``."""
+def agent_argv(
+    *args: str, slo: float | None = None, agent: Path = AGENT, name: str | None = None
+) -> list[str]:
+    """``id-tracker [--slo S] [--name N] -- python AGENT ARGS`` (``real_agent.py``)."""
     flags = ["--slo", str(slo)] if slo is not None else []
-    return [sys.executable, "-m", "idtracker", *flags, "--", sys.executable, str(AGENT), *args]
+    flags += ["--name", name] if name is not None else []
+    return [sys.executable, "-m", "idtracker", *flags, "--", sys.executable, str(agent), *args]
 
 
 def run_agent(
@@ -487,13 +500,18 @@ class AgentProc:
 
 
 def start_agent(
-    router: Router, workdir: Path, *args: str, env: dict[str, str] | None = None
+    router: Router,
+    workdir: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    argv: list[str] | None = None,
 ) -> AgentProc:
+    """An agent under id-tracker (``argv``: another command line than ``agent_argv(*args)``)."""
     workdir.mkdir(parents=True, exist_ok=True)
     err_path = workdir / f"agent-{uuid.uuid4().hex[:8]}.err"
     with err_path.open("w") as err:
         popen = subprocess.Popen(
-            agent_argv(*args),
+            argv or agent_argv(*args),
             env={**scrubbed_env(router.url, workdir), **(env or {})},
             cwd=REPO,
             stdin=subprocess.PIPE,

@@ -1,0 +1,1 @@
+"""Building blocks of ``scripts/validate_whatif.py``: workloads, recorded runs, the validation."""
