@@ -7,7 +7,7 @@ the targets ``direct``, ``vllm-router`` and ``kairos`` (this checkout's
 same router at another git ref, for a before/after in one run), and with
 ``--floor`` ``aiohttp-floor`` (``scripts/bench_router_floor.py``: a bare aiohttp +
 uvloop proxy, what any router on this HTTP stack costs at least). It then writes
-the summary table into ``docs/router.md`` between the ``bench-sidebyside``
+the summary table into ``docs/notes/router-benchmarks.md`` between the ``bench-sidebyside``
 markers, with the command, the date and the machine's load.
 
 vllm-router comes from the package index into its own environment
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "router.md"
+DOC = ROOT / "docs" / "notes" / "router-benchmarks.md"
 START, END = "<!-- bench-sidebyside:start -->", "<!-- bench-sidebyside:end -->"
 VLLM_ROUTER = (
     "{bin}/vllm-router --host 127.0.0.1 --port {{port}} --worker-urls {{backend_url}} "

@@ -11,7 +11,7 @@ dirty after every request: the store's work is on the measured path (with the
 harness's anonymous default every request would be a one-turn agent, which no
 store ever sees).
 
-It prints, and writes into ``docs/scale-out.md`` between the ``bench-store``
+It prints, and writes into ``docs/notes/scale-out-store-bench.md`` between the ``bench-store``
 markers: added p50 at one client and req/s at 64 clients for JSON and
 streaming, router CPU per request, the two bars (Redis's added p50 within 0.2 ms
 of SQLite's; Redis's req/s at 64 clients ≥ 0.9× SQLite's, each compared within
@@ -48,7 +48,7 @@ from scripts.bench_router_sidebyside import cpu_us, fmt, write_doc
 from simulator.stack import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "scale-out.md"
+DOC = ROOT / "docs" / "notes" / "scale-out-store-bench.md"
 START, END = "<!-- bench-store:start -->", "<!-- bench-store:end -->"
 KAIROS = (
     "env KAIROS_ROUTER_ANONYMOUS=api-key PYTHONPATH={root} {python} -m router.cli run "
