@@ -106,7 +106,6 @@ def footer(all_data: AllData, meta: dict[str, Any]) -> str:
             runs.setdefault((run["date"], run["wall_s"]), run)
     rows = [
         [
-            run["date"],
             ", ".join(run["items"]),
             f"{run['wall_s'] / 60:.1f} min",
             str(run["jobs"]),
@@ -117,5 +116,5 @@ def footer(all_data: AllData, meta: dict[str, Any]) -> str:
     return "## Runtime\n\n" + (
         "Wall time of the invocation(s) that generated the items above (the machine may have "
         "been shared with other work at the time).\n\n"
-        + table(["generated (UTC)", "items", "wall time", "processes", "CPUs"], rows)
+        + table(["items", "wall time", "processes", "CPUs"], rows)
     )

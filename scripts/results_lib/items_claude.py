@@ -4,7 +4,7 @@ Every policy on the same arrivals per seed: no control, four fixed clocks, the
 default ``kairos`` (activity-aware clock, reachable-only boost), ``kairos-alg1``
 (Algorithm 1 per instance as the paper states it) and ``predictive``; fleet
 admission for all (docs/control-law.md points 6–8). Per cell (rate, seed) it also
-states issue 14's acceptance checks.
+states the long-context acceptance checks (the bar).
 Item 10 runs vLLM as it starts by default; item 11 the same with its CPU KV tier
 (``--kv-offloading-size``, :data:`TIER_GIB` per instance), which the default law
 reads (point 13); item 12 item 10 with the sessions' tool and think gaps as the
@@ -94,7 +94,7 @@ def attainment_ok(base: Metrics, other: Metrics) -> bool:
 
 
 def kairos_failures(base: Metrics, k: Metrics) -> list[str]:
-    """Issue 14's bar for the default ``kairos`` in one cell; failures as text."""
+    """The long-context bar for the default ``kairos`` in one cell; failures as text."""
     out = []
     if k["completed_agents"] < 0.98 * base["completed_agents"]:
         done = f"{k['completed_agents']} of {base['completed_agents']} sessions done"
@@ -201,7 +201,7 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
         ]
         for r in d["rows"]
     ]
-    checks = ["| rate | seed | default `kairos` vs issue 14's bar | predictive saves | "
+    checks = ["| rate | seed | default `kairos` vs the long-context bar | predictive saves | "
               "best fixed clock (attainment within 2 points or 1.5 sessions, as many sessions) |",
               "|---|---|---|---|---|"] + [_check_line(c) for c in d["checks"]]  # fmt: skip
     return "\n\n".join(
@@ -218,7 +218,7 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             + _gaps_note(d),
             command(_item_name(d), quick),
             table(headers, body),
-            "`mean pending` is over the finished sessions (their agent records), as issue 14's "
+            "`mean pending` is over the finished sessions (their agent records), as the long-context "
             "bar reads it, and those whose clients gave up while held: the router answers a "
             "held request 503 after 600 s and the OpenAI SDK retries twice, so a session held "
             "1800 s fails (`gave up` counts them; they are not sessions done and count as SLO "
@@ -229,13 +229,13 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             "and those that gave up; `attainment, all sessions` also judges the unfinished ones "
             "by their Eq. 3 so far, so a policy that leaves slow sessions running at the end "
             'gains nothing from it (docs/simulator.md, "Attainment over every session").',
-            "Per cell: the default policy against issue 14's bar (≥ 0.98× no control's sessions "
+            "Per cell: the default policy against the long-context bar (≥ 0.98× no control's sessions "
             "done, attainment within 2 points or 1.5 sessions, J/output token ≤ no control's, "
             "≥ 10% power saved, mean pending ≤ 30 s), and predictive against the best fixed "
             "clock. Each cell is one draw: with the arrivals shifted by a fraction of an epoch, "
             "the adaptive policies' savings move by up to 4 points and the fixed clocks' by at "
-            "most 0.1 (`python -m scripts.compare_claude --seeds 3 --phases 4`; docs/beyond.md, "
-            "“Issue 14's cells and the epoch phase”).",
+            "most 0.1 (`python -m scripts.compare_claude --seeds 3 --phases 4`; docs/notes/"
+            "beyond-epoch-phase.md).",
             "\n".join(checks),
             "**What it shows.** " + claude_discussion(d),
         ]
