@@ -28,7 +28,7 @@ Which variables and why (sources in docs/idtracker.md):
   ``KAIROS_CONTROL_TOKEN`` and ``KAIROS_CONTROL_TOKEN_FILE``, the router's and the
   daemons' token, secret and credential-file variables) is removed, and so is any
   other variable whose value holds the lifecycle credential id-tracker uses
-  (:func:`without_credentials`; SPEC §9). A nested id-tracker finds the lifecycle
+  (:func:`without_credentials`; docs/design.md §9). A nested id-tracker finds the lifecycle
   credential the way the outer one did (its config file or the router's
   published credentials, :mod:`kairos_common.credentials`).
 """

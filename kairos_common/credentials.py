@@ -1,6 +1,6 @@
 """Where the router's control credentials live, and how its clients find them.
 
-The router has three credential roles (SPEC §9): *admin* (the operator),
+The router has three credential roles (docs/design.md §9): *admin* (the operator),
 *lifecycle* (id-tracker: start and end agents) and *daemon* (one per instance:
 that instance's decisions only). A default install needs no flags, so the router
 writes its credentials as files (mode 0600, directory 0700) into

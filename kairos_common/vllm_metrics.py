@@ -5,7 +5,7 @@ Used by the daemon (KV capacity and usage for the control law) and the router
 done by ``prometheus_client``'s own exposition-format parser rather than regexes,
 so label escaping, ``_total`` suffixes and histogram series are handled correctly.
 
-Facts it relies on (vLLM 0.33, V1 engine; SPEC §6):
+Facts it relies on (vLLM 0.33, V1 engine; docs/design.md §6):
 
 * capacity: ``vllm:cache_config_info`` labels ``kv_cache_size_tokens`` (newer
   servers) or ``num_gpu_blocks × block_size`` (fallback). One sample per engine;

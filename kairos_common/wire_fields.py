@@ -1,4 +1,4 @@
-"""What a field that crosses the wire may hold: typed, finite, bounded (SPEC §9).
+"""What a field that crosses the wire may hold: typed, finite, bounded (docs/design.md §9).
 
 Split from :mod:`kairos_common.wire` so the contract module holds the messages
 and this one the rules every field of them is read with, and the bounds that
@@ -14,7 +14,7 @@ from typing import Any
 
 from kairos_common.errors import WireFormatError
 
-# Bounds for numbers that cross the wire (SPEC §9: finite, bounded). Generous for
+# Bounds for numbers that cross the wire (docs/design.md §9: finite, bounded). Generous for
 # any real deployment; what they stop is 1e300, -1, NaN and 10**400.
 MAX_TOKENS = 10**12
 MAX_MHZ = 100_000

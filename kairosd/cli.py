@@ -2,7 +2,7 @@
 
 ``kairosd run --instance NAME --vllm-url URL [--router-url URL]
 [--gpu-backend zeus|sim|observe] [--gpus 0,1] [--config FILE]`` is a stable
-contract (SPEC §4). Every flag overrides the TOML file and ``KAIROSD_*`` env.
+contract (docs/design.md §4). Every flag overrides the TOML file and ``KAIROSD_*`` env.
 Errors are reported through :func:`kairos_common.cli.run_app`: one line, exit 2
 for bad input, 3/4 for GPU permission/availability, 1 for anything else.
 """

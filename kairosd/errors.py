@@ -4,7 +4,7 @@ the CLI handle one vocabulary."""
 
 from __future__ import annotations
 
-# Process exit codes (SPEC): stopped, crashed, bad configuration, control required
+# Process exit codes (docs/kairosd.md): stopped, crashed, bad configuration, control required
 # but not permitted, no usable GPU. Here so the CLI needs no heavy import for them.
 EXIT_OK, EXIT_ERROR, EXIT_CONFIG, EXIT_NO_CONTROL, EXIT_NO_GPU = 0, 1, 2, 3, 4
 

@@ -1,7 +1,7 @@
 """The agent-trace format: what each agent ran, as ``kairos sim --workload trace:FILE`` reads it.
 
-One JSON object per line and session (an agent, or one of its conversations):
-the shape of ``../shared/traces/*.jsonl`` (``session_id``, ``parent``,
+One JSON object per line and session (an agent, or one of its conversations),
+in the agent-session trace format of docs/simulator.md, "Traces" (``session_id``, ``parent``,
 ``offset_s``, ``turns[]`` with ``prompt_tokens``, ``shared_prefix_tokens``,
 ``output_tokens``, ``think_s``, ``at_s``), extended compatibly with what a
 recording router knows and a replay needs: when the session started

@@ -37,7 +37,7 @@ SPEC_JSON_KEYS: frozenset[str] = frozenset(
     }
 )
 """Keys every ``kairos sim --json`` / ``kairos report --json`` object carries
-(SPEC §4: scripts and operators rely on them)."""
+(docs/design.md §4: scripts and operators rely on them)."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -1,4 +1,4 @@
-"""Authentication of the control and admin APIs by credential role (SPEC §9).
+"""Authentication of the control and admin APIs by credential role (docs/design.md §9).
 
 =========  ============================================  ==============================
 role       credential                                    may call

@@ -1,7 +1,7 @@
 """``kairos-router`` command line (typer).
 
 ``kairos-router run --backend URL [--backend URL …] [--host H] [--port P] [--config FILE]``
-(SPEC §4). Every flag overrides the TOML file and ``KAIROS_ROUTER_*`` env vars.
+(docs/design.md §4). Every flag overrides the TOML file and ``KAIROS_ROUTER_*`` env vars.
 """
 
 from __future__ import annotations

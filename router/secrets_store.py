@@ -108,7 +108,7 @@ def derive_daemon_token(daemon_key: bytes, instance: str) -> bytes:
 
 
 class RouterCredentials:
-    """The router's admin, lifecycle and daemon credentials (SPEC §9).
+    """The router's admin, lifecycle and daemon credentials (docs/design.md §9).
 
     Daemon credentials are derived, ``HMAC-SHA256(daemon.key, instance)``, so an
     instance added at run time has one without any state, and one instance's

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any
 
 TRACE = Path(__file__).resolve().parents[2] / "shared" / "traces" / "claude-code-dev.jsonl"
-"""The full Claude Code trace (../shared/traces); the tests' embedded sample otherwise."""
+"""The full Claude Code development trace where the development machine keeps it
+(beside the checkout; not shipped); the tests' embedded sample otherwise."""
 SAMPLE = Path(__file__).resolve().parent.parent / "tests" / "simulator" / "data"
 POLICIES = ("kairos", "kairos-paper", "kairos-no-ta", "predictive", "no-control", "fixed:900")
 IGNORED = {"wall_s", "policy"}

@@ -9,7 +9,7 @@ and balanced in session count, and do not depend on the file's line order. The
 lines are copied verbatim; every fold is loaded back with the simulator's own
 parser before it is written.
 
-    .venv/bin/python -m scripts.split_trace ../shared/traces/claude-code-dev.jsonl \\
+    .venv/bin/python -m scripts.split_trace claude-code-dev.jsonl \\
         --folds 2 --out /tmp/folds
     .venv/bin/python -m scripts.compare_claude --trace /tmp/folds/claude-code-dev-fold1of2.jsonl
 
@@ -88,7 +88,7 @@ def describe(path: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("trace", type=Path, help="a trace file (../shared/traces format)")
+    ap.add_argument("trace", type=Path, help="an agent-session trace (docs/simulator.md, Traces)")
     ap.add_argument("--folds", type=int, default=2)
     ap.add_argument("--out", type=Path, required=True, help="folder for the fold files")
     args = ap.parse_args(argv)

@@ -198,7 +198,7 @@ def _counters(cluster: Cluster, arrivals: int) -> dict[str, float]:
 
 
 def result_json(result: SimResult) -> dict[str, Any]:
-    """The ``--json`` object: SPEC §4 keys first, then useful extras."""
+    """The ``--json`` object: docs/design.md §4 keys first, then useful extras."""
     s = result.summary
     c = result.run.counters
     return {

@@ -1,4 +1,4 @@
-"""Loader for agent-session traces (``../shared/traces/*.jsonl`` format).
+"""Loader for agent-session traces (the JSONL format of docs/simulator.md, "Traces").
 
 One JSON object per line and session: ``session_id``, ``parent`` (null or the
 parent's id), ``offset_s`` (a sub-agent's start after its parent's), ``turns[]``

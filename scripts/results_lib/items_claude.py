@@ -218,24 +218,25 @@ def claude_render(d: Data, out: Path, quick: bool) -> str:
             + _gaps_note(d),
             command(_item_name(d), quick),
             table(headers, body),
-            "`mean pending` is over the finished sessions (their agent records), as the long-context "
-            "bar reads it, and those whose clients gave up while held: the router answers a "
-            "held request 503 after 600 s and the OpenAI SDK retries twice, so a session held "
-            "1800 s fails (`gave up` counts them; they are not sessions done and count as SLO "
-            'misses; docs/simulator.md, "Client patience"). It cannot show a session still '
-            "held when the window ends: `pending, all sessions` adds the sessions still running "
-            "or held at the end, with the time they were held, and `unfinished` counts them. "
-            "Likewise `attainment` (Eq. 4, as the bar reads it) judges the finished sessions "
-            "and those that gave up; `attainment, all sessions` also judges the unfinished ones "
-            "by their Eq. 3 so far, so a policy that leaves slow sessions running at the end "
-            'gains nothing from it (docs/simulator.md, "Attainment over every session").',
-            "Per cell: the default policy against the long-context bar (≥ 0.98× no control's sessions "
-            "done, attainment within 2 points or 1.5 sessions, J/output token ≤ no control's, "
-            "≥ 10% power saved, mean pending ≤ 30 s), and predictive against the best fixed "
-            "clock. Each cell is one draw: with the arrivals shifted by a fraction of an epoch, "
-            "the adaptive policies' savings move by up to 4 points and the fixed clocks' by at "
-            "most 0.1 (`python -m scripts.compare_claude --seeds 3 --phases 4`; docs/notes/"
-            "beyond-epoch-phase.md).",
+            "`mean pending` is over the finished sessions (their agent records), as the "
+            "long-context bar reads it, and those whose clients gave up while held: the router "
+            "answers a held request 503 after 600 s and the OpenAI SDK retries twice, so a "
+            "session held 1800 s fails (`gave up` counts them; they are not sessions done and "
+            'count as SLO misses; docs/simulator.md, "Client patience"). It cannot show a session'
+            " still held when the window ends: `pending, all sessions` adds the sessions still "
+            "running or held at the end, with the time they were held, and `unfinished` counts "
+            "them. Likewise `attainment` (Eq. 4, as the bar reads it) judges the finished "
+            "sessions and those that gave up; `attainment, all sessions` also judges the "
+            "unfinished ones by their Eq. 3 so far, so a policy that leaves slow sessions running"
+            ' at the end gains nothing from it (docs/simulator.md, "Attainment over every '
+            'session").',
+            "Per cell: the default policy against the long-context bar (≥ 0.98× no control's "
+            "sessions done, attainment within 2 points or 1.5 sessions, J/output token ≤ no "
+            "control's, ≥ 10% power saved, mean pending ≤ 30 s), and predictive against the best "
+            "fixed clock. Each cell is one draw: with the arrivals shifted by a fraction of an "
+            "epoch, the adaptive policies' savings move by up to 4 points and the fixed clocks' "
+            "by at most 0.1 (`python -m scripts.compare_claude --seeds 3 --phases 4`; "
+            "docs/notes/beyond-epoch-phase.md).",
             "\n".join(checks),
             "**What it shows.** " + claude_discussion(d),
         ]

@@ -140,7 +140,8 @@ def trace_render(d: Data, out: Path, quick: bool, paper_rows: list[Data]) -> str
     ]
     return "\n\n".join(
         [
-            f"The same comparisons on `{Path(d['workload'].removeprefix('trace:')).name}` ({d['hours']:g} h "
+            f"The same comparisons on `{Path(d['workload'].removeprefix('trace:')).name}` "
+            f"({d['hours']:g} h "
             "windows, think time capped at 60 s): single instance at three session rates, "
             "KAIROS without thrashing avoidance at the highest, and four instances at 4× the "
             "middle rate. SLO 20 tok/s as elsewhere.",

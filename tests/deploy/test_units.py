@@ -158,7 +158,7 @@ def test_zeusd_dropin_runs_kairosd_unprivileged_through_zeusd() -> None:
 
 
 def test_credential_dropins_give_each_program_its_own_role() -> None:
-    """SPEC §9: the admin token goes to the router only; each kairosd gets the daemon
+    """docs/design.md §9: the admin token goes to the router only; each kairosd gets the daemon
     credential of its own instance (%i), from the router's state directory."""
     from router.config import ENV_PREFIX as ROUTER_ENV
 

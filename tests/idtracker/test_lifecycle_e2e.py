@@ -299,7 +299,7 @@ def test_control_token_from_env_and_file(base_env: dict[str, str], tmp_path: Pat
     with StandInRouter(control_token="ctl-secret") as router:
         assert run_tracker(router.url, base_env, ["true"]).returncode == EXIT_REJECTED
         base_env["KAIROS_CONTROL_TOKEN"] = "ctl-secret"
-        # The agent never receives a control credential (SPEC §9).
+        # The agent never receives a control credential (docs/design.md §9).
         show = ["sh", "-c", 'echo "[$KAIROS_CONTROL_TOKEN][$KAIROS_CONTROL_TOKEN_FILE]"']
         done = run_tracker(router.url, base_env, show)
         assert done.returncode == 0, done.stderr

@@ -1,4 +1,4 @@
-"""Control-plane authentication by role: admin, lifecycle, daemon-per-instance (SPEC §9)."""
+"""Control-plane authentication by role: admin, lifecycle, per-instance daemon (design.md §9)."""
 
 from __future__ import annotations
 
