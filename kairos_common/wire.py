@@ -76,7 +76,7 @@ REQUIRE_ROOM_HEADER = "X-Kairos-Require-Room"
 the front balancer sets it on the starts it steers by room (docs/cells.md)."""
 WIRE_VERSION = 2
 """The schema version of every message below. 2: decisions carry their policy's
-whole admission rule and group their fields (issue 58)."""
+whole admission rule and group their fields."""
 SUPPORTED_VERSIONS = (WIRE_VERSION,)
 
 
@@ -294,7 +294,7 @@ class InstanceState:
     healthy: bool = True
     draining: bool = False
     observations: tuple[RequestObservation, ...] = ()
-    """Recent finished requests on this instance (optional; issue 10's online model)."""
+    """Recent finished requests on this instance (optional; docs/beyond.md §1)."""
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -65,8 +65,9 @@ RETIRED: dict[str, str] = {
     "kairos.context_window_s": f"{_LAW} (point 17: 120 s)",
     "predictive": f"the predictive policy's constants are set in code ({NOTES})",
 }
-"""Keys operators could set before the law became a list of stages (issue 58), and
-what replaced each; a file or variable that sets one is an error saying so."""
+"""Keys operators could set before the law became a list of stages, and what
+replaced each (docs/notes/configuration.md); a file or variable that sets one is
+an error saying so."""
 
 
 def check_policy(name: str) -> str:

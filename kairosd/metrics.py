@@ -116,7 +116,7 @@ class DaemonMetrics:
         self.epochs.labels(i).inc()
 
     def observe_report(self, report: ModelReport | None) -> None:
-        """Export what a learning controller reports about itself (issue 10)."""
+        """Export what a learning controller reports about itself (docs/beyond.md §5)."""
         if report is None:
             return
         i = self.instance
@@ -128,7 +128,7 @@ class DaemonMetrics:
 
     def observe_decision(self, decision: ControlDecision) -> None:
         """Export what the controller says about its own decision: a learning
-        controller's report (issue 10) and the context Eq. 9 read (point 17)."""
+        controller's report (docs/beyond.md §5) and the context Eq. 9 read (point 17)."""
         self.observe_report(decision.report)
         if decision.level_tokens is not None:
             self.level_tokens.labels(self.instance).set(decision.level_tokens)

@@ -45,8 +45,9 @@ RETIRED: dict[str, str] = {
     "admission.make_room": f"{_NOW_LAW} (point 15)",
     "admission.hold_overflow": f"{_NOW_LAW} (point 16)",
 }
-"""Keys operators could set before the law became a list of stages (issue 58), and
-what replaced each; a file or variable that sets one is an error saying so."""
+"""Keys operators could set before the law became a list of stages, and what
+replaced each (docs/notes/configuration.md); a file or variable that sets one is
+an error saying so."""
 
 
 def _code(default: Any) -> Any:

@@ -7,7 +7,7 @@ Every JSON body the router parses comes through :func:`read_body` and
   body is cut at cap + 1 bytes (413);
 * read time: a client that trickles its body is dropped after ``timeout_s`` (408);
 * depth: more than :data:`MAX_JSON_DEPTH` nested arrays/objects is a 400;
-* the parser is orjson (4× the stdlib's speed on a 2 KB prompt, issue 18); it is
+* the parser is orjson (4× the stdlib's speed on a 2 KB prompt); it is
   stricter than the stdlib: NaN/Infinity literals and lone surrogates are a 400
   here rather than at the backend;
 * event loop: bodies above :data:`OFF_LOOP_BYTES` are parsed in a worker thread,

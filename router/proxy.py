@@ -330,7 +330,7 @@ class Proxy:
         return await wait
 
     def _observe(self, inst_name: str, usage: Usage | None, outcome: Outcome) -> None:
-        """Keep a streamed request with exact usage for the online model (issue 10)."""
+        """Keep a streamed request with exact usage for the online model (docs/beyond.md §1)."""
         if (
             usage is None
             or not usage.complete

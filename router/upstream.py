@@ -1,7 +1,7 @@
 """The hot path's HTTP/1.1 client: pooled keep-alive connections to the backends.
 
 Why not aiohttp's ``ClientSession`` here (it still serves the health checks and
-key probes): measured on the shared router harness (issue 18, docs/router.md), a
+key probes): measured on the shared router harness (docs/router.md), a
 bare aiohttp proxy spent 173 µs of CPU a request and 96 µs with this client in
 place of ``ClientSession``, the server side unchanged. ``ClientSession.request``
 builds a request object, a URL, header multidicts, a response object, a stream

@@ -1,4 +1,4 @@
-"""The floor for an aiohttp router: a bare reverse proxy, for issue 18's side by side.
+"""The floor for an aiohttp router: a bare reverse proxy, for the router's side-by-side benchmark.
 
 It relays every request to one backend with the same stack the Kairos router is
 built on (aiohttp's server, the hot path's upstream client ``router.upstream``,

@@ -1,5 +1,5 @@
 """kairos-router on its Redis store side by side with its SQLite store, on the shared
-router harness (issue 55, "Cost"), and one router's capacity at its CPU limit.
+router harness (docs/scale-out.md, "Cost"), and one router's capacity at its CPU limit.
 
 Runs ``../shared/bench/router/bench.py`` (one fake vLLM backend; the router under
 test pinned to CPU 0, backend and load generator to CPU 1) with three targets in

@@ -1,6 +1,6 @@
-"""Speed benchmark of the simulator (issues 3 and 20), not a test.
+"""Speed benchmark of the simulator (docs/simulator.md, "Speed"), not a test.
 
-Targets (issue 20, from the CLI on 2 cores): 3 simulated hours at 0.08 jobs/s on
+Targets (from the CLI on 2 cores): 3 simulated hours at 0.08 jobs/s on
 one instance in ≤ 2.5 s; 4 instances at 0.16 jobs/s in ≤ 6 s. In-process, the
 baseline column is the same simulation with the closed-form decode fast-forward
 switched off (one Python iteration per engine step), run on a shorter window and

@@ -1,4 +1,4 @@
-"""Calibration checks C1–C8 of the simulator against the KAIROS paper (issue 3).
+"""Calibration checks C1–C8 of the simulator against the KAIROS paper (docs/simulator.md, C1–C8).
 
 Each check runs the default preset (single H100 NVL, Qwen3-Coder-30B FP8,
 synthetic paper workload unless noted) and prints measured vs paper values with

@@ -1,4 +1,4 @@
-"""Issue 14's two bars over many seeds, for any policies (docs/results.md item 10).
+"""The long-context bars over many seeds, for any policies (docs/results.md item 10).
 
 docs/results.md item 10 judges three seeds; one session decides a cell there, so
 a change to the control law is measured here on seeds 1..N of the same specs
@@ -6,7 +6,7 @@ a change to the control law is measured here on seeds 1..N of the same specs
 every policy on identical arrivals, in parallel processes. Prints one markdown
 row per (rate, policy): saving against no control, J/output token, attainment,
 sessions done, preemptions and mean pending (means over seeds, sums for counts),
-and the cells meeting issue 14's bars: the default ``kairos`` bar
+and the cells meeting the long-context bars: the default ``kairos`` bar
 (``kairos_failures``) for ``kairos*`` policies, and "saves at least the best
 qualifying fixed clock minus 1 point" for the others.
 
@@ -95,7 +95,7 @@ class Fleet(NamedTuple):
 
 
 DEFAULT_FLEET = Fleet(INSTANCES, "consolidating", 1, None)
-"""Issue 14's own fleet: 4 instances, consolidating placement, one phase, 8 levels,
+"""The long-context bar's own fleet: 4 instances, consolidating placement, one phase, 8 levels,
 the dev trace."""
 
 
@@ -137,7 +137,7 @@ def saving(base: Metrics, other: Metrics) -> float:
 
 
 def cell_misses(policy: str, base: Metrics, m: Metrics, fixed: dict[str, Metrics]) -> str:
-    """How ``policy`` misses issue 14's bar in one (rate, seed) cell ("" if it meets it)."""
+    """How ``policy`` misses the long-context bar in one (rate, seed) cell ("" if it meets it)."""
     if policy.startswith("kairos"):
         return "; ".join(kairos_failures(base, m))
     best = best_fixed(base, fixed)
@@ -148,7 +148,7 @@ def cell_misses(policy: str, base: Metrics, m: Metrics, fixed: dict[str, Metrics
 
 
 def cell_ok(policy: str, base: Metrics, m: Metrics, fixed: dict[str, Metrics]) -> bool:
-    """Issue 14's bar for ``policy`` in one (rate, seed) cell."""
+    """The long-context bar for ``policy`` in one (rate, seed) cell."""
     return not cell_misses(policy, base, m, fixed)
 
 
@@ -274,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         "| rate | policy | saving | J/output token | attainment | attainment, all sessions"
         " | sessions done | preemptions"
         " | pending s | pending s, all sessions | unfinished | gave up"
-        f" | cells at issue 14's bar ({len(seeds)} {'runs' if args.phases > 1 else 'seeds'}) |"
+        f" | cells at the bar ({len(seeds)} {'runs' if args.phases > 1 else 'seeds'}) |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rates:

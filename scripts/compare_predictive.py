@@ -1,4 +1,4 @@
-"""Measure the predictive controller against paper-exact KAIROS (issue 10).
+"""Measure the predictive controller against paper-exact KAIROS (docs/beyond.md).
 
 Every comparison runs the policies on identical arrivals and agents (same
 seed), in parallel processes, and prints a markdown table:

@@ -2,7 +2,7 @@
 
 A many-seed saving (``scripts/compare_claude.py``) says how far a policy is from
 the best fixed clock, not why. This runs the policy and one fixed clock on the
-same Claude Code cells (issue 14's specs: dev trace, 4 instances, consolidating
+same Claude Code cells (the long-context bar's specs: dev trace, 4 instances, consolidating
 placement, 3 h, SLO 20) and sums, per epoch reason of the policy's decisions
 (``warmup-`` prefixes kept; every epoch at or below ``--low-mhz`` in one row),
 the energy above the GPUs' idle draw and the output tokens of those epochs.

@@ -1,4 +1,4 @@
-"""Behaviour-preservation harness for refactoring the control law (issue 58).
+"""Behaviour-preservation harness for refactoring the control law (its stages).
 
 Runs the simulator over a matrix that exercises every departure of the law
 (docs/control-law.md points 6–18): the paper workload and the Claude Code trace,

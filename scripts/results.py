@@ -1,4 +1,4 @@
-"""Reproduce the KAIROS paper's results on the calibrated simulator (issue 9).
+"""Reproduce the KAIROS paper's results on the calibrated simulator (docs/results.md).
 
 Runs every experiment of the items in parallel processes (progress on
 stderr), writes each item's numbers to ``<out>/results/<item>.json`` and its
@@ -10,7 +10,7 @@ items' JSON (so ``--only`` reruns some items and keeps the others).
     .venv/bin/python -m scripts.results --quick --out /tmp/results   # smoke run (< 1 min)
 
 Items: fig4, fig7, fig8, fig10, fig12, trace, energy, oracle, robustness (the paper's);
-claude, claude-tier, claude-gaps (issue 14's Claude Code cells: docs/results.md 10–12).
+claude, claude-tier, claude-gaps (the long-context Claude Code cells: docs/results.md 10–12).
 Add a policy to every comparison in ``scripts/results_lib/plan.py``
 (``COMPARE_POLICIES`` / ``OPTIONAL_POLICIES``).
 """

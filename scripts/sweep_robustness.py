@@ -1,5 +1,5 @@
 """Robustness sweep: which calibration conclusions survive ±30 % on the timing
-and power coefficients (issue 3: report only those that do).
+and power coefficients (docs/simulator.md, "Robustness": report only those that do).
 
 Every timing coefficient (overheads, 1/bandwidth, prefill and attention cost) is
 multiplied by ``t`` and every power coefficient above idle by ``p``, for

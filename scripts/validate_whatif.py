@@ -1,4 +1,4 @@
-"""Validate ``kairos whatif`` against the real vLLM engine (docs/whatif.md, issue 57).
+"""Validate ``kairos whatif`` against the real vLLM engine (docs/whatif.md).
 
     python -m scripts.validate_whatif --full          # both engines, both workloads, 3 runs each
     python -m scripts.validate_whatif --config A --workload short --repeats 1   # a piece

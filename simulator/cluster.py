@@ -232,12 +232,12 @@ class Cluster:
     def nearly_done(self) -> int:
         """Unfinished sessions in their last tenth of turns (:attr:`SimAgent.nearly_done`).
 
-        Issue 14's "sessions done" is counted inside a fixed window, so a policy
-        that runs a little slower loses the sessions no control finishes just
-        before the end: at 0.004 sessions/s, with 30–45 sessions a run, one such
-        session fails the 0.98× bar. This count tells that window edge apart from
-        sessions lost to holding or thrashing (docs/control-law.md, "How much one
-        cell says").
+        The long-context bar's "sessions done" (docs/results.md item 10) is
+        counted inside a fixed window, so a policy that runs a little slower loses
+        the sessions no control finishes just before the end: at 0.004 sessions/s,
+        with 30–45 sessions a run, one such session fails the 0.98× bar. This count
+        tells that window edge apart from sessions lost to holding or thrashing
+        (docs/notes/law-dropped-how-much-one-cell-says.md).
         """
         return sum(a.nearly_done for a in self._unfinished_agents())
 

@@ -1,6 +1,6 @@
 """Event-driven model of one vLLM V1 engine on one simulated GPU.
 
-What it models (issue 3, "Engine model"): continuous batching with a per-step
+What it models (docs/simulator.md, "Engine model"): continuous batching with a per-step
 token budget and a cap on running sequences; chunked prefill; prefix caching in
 which a finished request's context stays resident as evictable blocks and is
 reused by the next request with the same ``cache_key``; block-granular KV

@@ -5,7 +5,7 @@ membership every member's ``computed`` and ``generated`` grow by the same count.
 The cohort keeps that count once (``tick``) and each member only its offsets
 (``cbase = computed − tick``, ``gbase = generated − tick``): a decode run of ``k``
 steps, or the decode part of a mixed step, is ``tick += k`` with no pass over
-the sequences (issue 20). What a step or run needs of the members is kept as sums:
+the sequences (docs/simulator.md, "Speed"). What a step or run needs of the members is kept as sums:
 
 * their context ``Σ computed = Σ cbase + size·tick`` (the step cost);
 * when the next one finishes: a heap of ``(tick at which it finishes, order)``;

@@ -7,7 +7,7 @@ failure pop the *last* running request (recompute preemption); then waiting
 requests FCFS, only in steps without preemption, head-of-line blocking.
 
 :func:`cohort_step` gives the same step without a pass over the decoding
-sequences (issue 20): they are the engine's
+sequences (docs/simulator.md, "Speed"): they are the engine's
 :class:`~simulator.engine_cohort.DecodeCohort` and each takes one token, so only
 the few prefilling ones are scheduled one by one. It applies when the step is
 one in which nothing is cut short for a decoding sequence and nothing is

@@ -1,6 +1,6 @@
 """Per-instance power model: what an H100-class GPU draws during engine steps.
 
-Power while the engine steps (issue 3, "Power model")::
+Power while the engine steps (docs/simulator.md, "Power model")::
 
     P = idle + busy_static                         # any work at any clock
       + mem_w · (mem_s / t)                          # HBM traffic

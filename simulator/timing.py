@@ -1,6 +1,6 @@
 """Per-step latency of one vLLM V1 engine step under a locked SM clock.
 
-A step's time is the sum of four parts (issue 3, "Timing model with DVFS"):
+A step's time is the sum of four parts (docs/simulator.md, "Timing model"):
 
 * ``cpu_s`` — host overhead (scheduling, sampling), independent of the GPU clock;
 * ``fixed_s`` — latency-bound kernels, ∝ 1/f;

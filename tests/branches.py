@@ -2,7 +2,7 @@
 
 A hypothesis test whose assertions sit under ``if`` checks something only in the
 examples that take that branch. With a strategy that rarely gets there it passes
-while checking nothing (issue 59: a move test reached its assertions in 0 of 80
+while checking nothing (a move test once reached its assertions in 0 of 80
 examples in half of its runs). ``hypothesis.event`` only reports (and not for a
 nested ``@given``), so a test that cannot build its strategy to always reach the
 branch wraps its ``@given`` body in a plain test, counts here, and requires a

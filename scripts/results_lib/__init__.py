@@ -1,1 +1,2 @@
-"""Building blocks of ``scripts/results.py`` (issue 9): plan, runs, oracle, items, rendering."""
+"""Building blocks of ``scripts/results.py`` (docs/results.md): plan, runs, oracle, items,
+rendering."""

@@ -1,4 +1,4 @@
-"""``import kairos_common.wire`` stays cheap: no numpy, no controllers (issue 19).
+"""``import kairos_common.wire`` stays cheap: no numpy, no controllers.
 
 id-tracker imports the wire contract before it blocks its signals; numpy's BLAS
 pool would start threads there that keep SIGTERM deliverable (idtracker/cli.py).

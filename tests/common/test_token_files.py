@@ -1,4 +1,4 @@
-"""One rule for token files across router, kairosd and id-tracker (issue 19).
+"""One rule for token files across router, kairosd and id-tracker.
 
 Each component reads its credential file with
 :func:`kairos_common.credentials.read_credential`: the value is stripped, and an

@@ -1,4 +1,4 @@
-"""The fleet power budget coordinator (issue 10)."""
+"""The fleet power budget coordinator (docs/beyond.md §4)."""
 
 from __future__ import annotations
 

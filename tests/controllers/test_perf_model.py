@@ -1,4 +1,4 @@
-"""The NNLS wrapper (scipy) and the online performance model (issue 10)."""
+"""The NNLS wrapper (scipy) and the online performance model (docs/beyond.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The predictive controller (policy ``predictive``, issue 10)."""
+"""The predictive controller (policy ``predictive``, docs/beyond.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Confident placement and reassignment (placement ``confident``, issue 10)."""
+"""Confident placement and reassignment (placement ``confident``, docs/beyond.md §3)."""
 
 from __future__ import annotations
 

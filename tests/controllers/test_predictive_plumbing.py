@@ -1,5 +1,6 @@
-"""Issue 10 plumbing: observations over the wire, into the daemon's snapshot,
-recorded by the router, fed by the simulator; the fleet cap in the simulator."""
+"""The predictive controller's plumbing (docs/beyond.md §5): observations over the
+wire, into the daemon's snapshot, recorded by the router, fed by the simulator; the
+fleet cap in the simulator."""
 
 from __future__ import annotations
 

@@ -197,7 +197,8 @@ def test_the_ceiling_only_lowers_to_the_floor() -> None:
     the law's without one, and below it only at the floor's level with no prefill
     waiting and nobody held. Seeds 1-20, 100 examples each: the ceiling held the
     level down in 14-49 and stood aside in level 4's band for prefill or a held
-    agent in 13-37 (issue 59's strategy, measured on the opt-in ceiling it replaced)."""
+    agent in 13-37 (tests/branches.py's strategy, measured on the opt-in ceiling it
+    replaced)."""
     branches = Branches()
 
     @given(_instance())

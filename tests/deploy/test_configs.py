@@ -135,7 +135,7 @@ def test_env_names_in_the_reference_are_the_ones_the_loader_reads() -> None:
 
 
 def test_the_operator_configuration_is_short() -> None:
-    """Issue 58: intents, addresses, credentials, limits and operational timeouts;
+    """The configuration states intents, addresses, credentials, limits and operational timeouts;
     the law's constants are its stages' (docs/notes/configuration.md). At most half
     of the 148 keys the three programs had before."""
     keys = sum(len(config_reference(cls)) for cls, _ in SCHEMAS.values())

@@ -1,5 +1,5 @@
-"""Fleet admission on real processes (issue 14): ``kairos-router`` in front of two
-10K-token backends, agents launched through ``id-tracker`` using the real
+"""Fleet admission on real processes (docs/control-law.md point 8): ``kairos-router``
+in front of two 10K-token backends, agents launched through ``id-tracker`` using the real
 ``openai`` SDK. Agent A fills i0, agent C fills i1, agent B (a large first
 prompt) finds no room anywhere and is held; when C ends, B is placed on i1 at
 once — it never waits for i0. Every wait is on an observable event (a line an

@@ -1,4 +1,4 @@
-"""Chaos from issue 17: a hung backend, a SIGKILLed router, a SIGKILLed kairosd.
+"""Chaos (docs/reliability.md): a hung backend, a SIGKILLed router, a SIGKILLed kairosd.
 
 Real processes on 127.0.0.1 where the fault is a process dying; every wait is
 bounded. Timings are reported in docs/reliability.md, never asserted here.

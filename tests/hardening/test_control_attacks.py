@@ -1,4 +1,4 @@
-"""Issue 17's control-plane attacks against a real router on 127.0.0.1 → refused."""
+"""Control-plane attacks (docs/reliability.md) against a real router on 127.0.0.1 → refused."""
 
 from __future__ import annotations
 

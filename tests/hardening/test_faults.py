@@ -1,4 +1,4 @@
-"""Faults from issue 17: each has a defined, survivable behaviour."""
+"""Faults (docs/reliability.md): each has a defined, survivable behaviour."""
 
 from __future__ import annotations
 

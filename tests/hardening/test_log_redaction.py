@@ -1,4 +1,4 @@
-"""Keys never appear in logs, traceback text included (issue 17)."""
+"""Keys never appear in logs, traceback text included."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""docs/design.md §9: numbers that cross the wire are finite and bounded (issue 17's attacks)."""
+"""docs/design.md §9: numbers that cross the wire are finite and bounded."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def test_each_key_variable_keeps_its_own_real_key() -> None:
 
 
 def test_a_cloud_key_never_moves_to_the_router() -> None:
-    """Issue 17: an Anthropic key must not reach vLLM through an OpenAI variable, nor
+    """An Anthropic key must not reach vLLM through an OpenAI variable, nor
     through a redirected Anthropic base URL."""
     env = _env({"ANTHROPIC_API_KEY": "sk-ant-cloud", "PATH": "/bin"})
     assert env["ANTHROPIC_API_KEY"] == "sk-ant-cloud"  # untouched, still the cloud's

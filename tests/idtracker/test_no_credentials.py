@@ -1,4 +1,4 @@
-"""No control credential ever reaches an agent (issue 55, docs/design.md §9), on any path that
+"""No control credential ever reaches an agent (docs/design.md §9), on any path that
 builds the child's environment: tagged, untagged under ``--fail-open`` (router down,
 or refusing the credential), and through a nested id-tracker. id-tracker runs as a
 real process; the agent prints its whole environment."""

@@ -1,4 +1,4 @@
-"""Fleet admission against two real vLLM servers (issue 14; docs/control-law.md,
+"""Fleet admission against two real vLLM servers (docs/control-law.md,
 point 8): an agent held because its instance has no room is placed on the first
 instance that has room, without waiting for its own to drain.
 

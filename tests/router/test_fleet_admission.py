@@ -1,6 +1,6 @@
 """Fleet admission through the real router and the `openai` client: a newcomer
 goes to an instance that admits it now, and a held agent moves to any instance
-that gets room (issue 14). Two fake backends of 10K-token KV caches each."""
+that gets room (docs/control-law.md point 8). Two fake backends of 10K-token KV caches each."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Failover under load, end to end (issue 55, "Done when: Failover"): two routers
+"""Failover under load, end to end (docs/scale-out.md, "Failover"): two routers
 on one real Redis behind the shipped HAProxy pair configuration, two fake vLLM
 instances with their kairosd, 20 agents launched through id-tracker streaming
 turns continuously with the openai SDK's default retries. The leader is

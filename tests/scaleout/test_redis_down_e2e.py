@@ -1,4 +1,4 @@
-"""Redis down for 30 s under load, end to end (issue 55, "Done when: Redis down"):
+"""Redis down for 30 s under load, end to end (docs/scale-out.md, "Redis down"):
 20 agents streaming through HAProxy to the leader while its Redis is stopped
 for ``KAIROS_SCALEOUT_REDIS_DOWN_S`` (30) seconds and started again (AOF, as
 deployed). No request fails, nothing crashes, the leader says the store is

@@ -1,4 +1,4 @@
-"""Split brain, end to end (issue 55, "Done when: Split brain"): the leader is
+"""Split brain, end to end (docs/scale-out.md, "Split brain"): the leader is
 SIGSTOPped past its lease, the standby takes over, and the old leader is
 SIGCONTed under load. It must report itself standby, refuse every request with
 ``not_leader`` naming the new leader, have no write of its own land in the store

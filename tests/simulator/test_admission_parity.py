@@ -1,7 +1,7 @@
 """The simulator drives the router's admission and placement, not a copy of them:
 fed the same state, the router (RouterCore) and the simulator (Cluster) build the
 same fleet-admission inputs and reach the same place / admit / hold / move
-decisions (issue 14, item 2)."""
+decisions (docs/control-law.md point 8)."""
 
 from __future__ import annotations
 

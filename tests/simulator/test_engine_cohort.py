@@ -1,4 +1,4 @@
-"""The engine's lazy decode cohort (issue 20) against the step-by-step reference.
+"""The engine's lazy decode cohort (docs/simulator.md, "Speed") against the step-by-step reference.
 
 Every mixed step the cohort path takes is replayed on a deep copy of the engine
 through :func:`~simulator.engine_step.reference_step`; both must leave the same
