@@ -327,8 +327,7 @@ HELD_S = 10.0
 def attainment_misses(checks: list[dict[str, Any]]) -> list[str]:
     """Attainment misses by their cause: sessions held for room (mean pending over
     ``HELD_S``), or none held, so sessions that no control runs barely over τ
-    fell under it at the lower clocks (docs/control-law.md, "A margin on the SLO
-    boost")."""
+    fell under it at the lower clocks (docs/notes/law-dropped-a-margin-on-the-slo-boost.md)."""
     missed = [c for c in checks if any("attainment" in f for f in c["kairos_failures"])]
     held = sum(c.get("kairos_pending_s", 0.0) > HELD_S for c in missed)
     out = []
