@@ -11,6 +11,8 @@ document names exists, so that moving a section cannot leave a reader stranded.
 from __future__ import annotations
 
 import re
+import tomllib
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,14 @@ def test_the_patterns_catch_what_they_forbid() -> None:
     assert not any(
         p.search("issues are tracked elsewhere; see docs/design.md §9") for p in FORBIDDEN.values()
     )
+
+
+def test_the_changelog_has_a_section_for_the_version_every_program_prints() -> None:
+    """``--version`` prints the installed metadata (tests/cli/test_common_options.py);
+    it is pyproject's version, and the CHANGELOG says what that version holds."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    declared = pyproject["project"]["version"]
+    assert version("kairos-sidecar") == declared, "stale install: run `make venv`"
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    assert re.search(rf"^## \[{re.escape(declared)}\] - \d{{4}}-\d\d-\d\d$", changelog, re.M)
+    assert changelog.index("## [Unreleased]") < changelog.index(f"## [{declared}]")
