@@ -317,7 +317,7 @@ def write_docs(rows: Sequence[Row], doc: Path, meta: dict[str, Any]) -> None:
     block = [
         DOC_BEGIN,
         "",
-        f"`{meta['command']}`, on {meta['machine']}; vLLM pinned to CPU "
+        f"`{meta['command']}` on {meta['machine']}; vLLM pinned to CPU "
         f"{meta['vllm_cpus']}, everything else to the others; {meta['wall_s'] / 60:.0f} min; "
         f"load average at the end {load}.",
         "",
