@@ -54,11 +54,12 @@ def test_a_built_environment_clears_an_old_skip(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     (cache / "vllm-venv").mkdir(parents=True)
     (cache / "vllm-venv" / ".installed").write_text(STAMP_TEXT + "\n")
-    model = cache / "realvllm-model" / "kairos-model.json"
-    model.parent.mkdir()
-    model.write_text("{}")
     future_s = (REPO / "scripts" / "realvllm_model.py").stat().st_mtime + 3600
-    os.utime(model, (future_s, future_s))  # newer than the model script: not rebuilt
+    for name in ("realvllm-model", "realvllm-model-long"):  # both models the tier builds
+        model = cache / name / "kairos-model.json"
+        model.parent.mkdir()
+        model.write_text("{}")
+        os.utime(model, (future_s, future_s))  # newer than the model script: not rebuilt
     (cache / "realvllm-unavailable").write_text("only 1 MB free\n")
     done = run_setup(cache, need_mb=10**12)  # nothing to install, so no disk check
     assert done.returncode == 0, done.stderr
