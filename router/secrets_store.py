@@ -55,13 +55,19 @@ def load_or_create_secret(path: Path) -> bytes:
     return secret
 
 
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically with mode 0600 (never world-readable)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+def _private_temp(path: Path, text: str) -> Path:
+    """``text`` written whole, mode 0600, to a new file beside ``path`` (a name no
+    other process or call uses), ready to be moved or linked into place."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="ascii") as fh:
         fh.write(text + "\n")
-    os.replace(tmp, path)
+    return tmp
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically with mode 0600 (never world-readable)."""
+    os.replace(_private_temp(path, text), path)
 
 
 def _create_private(path: Path, text: str) -> str:
@@ -74,10 +80,7 @@ def _create_private(path: Path, text: str) -> str:
     fails if ``path`` exists, so exactly one value wins and nobody reads a
     half-written file.
     """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="ascii") as fh:
-        fh.write(text + "\n")
+    tmp = _private_temp(path, text)
     try:
         os.link(tmp, path)
     except FileExistsError:
